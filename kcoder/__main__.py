@@ -1,0 +1,3 @@
+from kcoder.cli import main
+
+main()

@@ -1,0 +1,255 @@
+"""Model access through litellm only (imported lazily): streaming, tool calls, retries, usage.
+
+Two tool-call protocols:
+- native: the API's own tool calls (`tools=[...]` in the request, `tool_calls` in the reply);
+- text: the model writes a fenced block ```tool {"name": ..., "arguments": {...}} ``` (or a
+  Hermes-style <tool_call>{...}</tool_call>, which many local models emit when the server has
+  no tool parser). Observations then go back as user messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+TextCallback = Callable[[str], None]
+
+# ```tool / ```tool_call / ```json fences; the closing fence must start a line, so "```"
+# inside a (single-line) JSON string cannot end the block early.
+_FENCE = re.compile(r"^```(tool_call|tool|json)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
+class LLMError(Exception):
+    """A fatal model-access error; str() is one line for the user. Ends the run."""
+
+
+@dataclass
+class ToolCall:
+    """One tool call from the model. `arguments` is the raw JSON text; `error` is set when the
+    call could not even be parsed (the toolbox answers it with an error observation)."""
+
+    id: str
+    name: str
+    arguments: str
+    error: str = ""
+
+
+@dataclass
+class Reply:
+    """One assistant turn: its text, its tool calls, and the message to append to history."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    message: dict[str, Any]
+
+
+@dataclass
+class Usage:
+    """Running totals for a run. Cost is 0 for models litellm has no price for (local ones)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    retries: int = 0
+
+    def add(self, other: dict[str, Any]) -> None:
+        for key in ("calls", "prompt_tokens", "completion_tokens", "cost", "retries"):
+            setattr(self, key, getattr(self, key) + other.get(key, 0))
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[:limit] + "…"
+
+
+def missing_key_message(model: str, api_base: str | None) -> str | None:
+    """One line naming the environment variable to set, or None when nothing is missing.
+
+    A local server (api_base given) needs no key.
+    """
+    if api_base:
+        return None
+    import litellm
+
+    try:
+        info = litellm.validate_environment(model=model)
+    except Exception:  # noqa: BLE001 - unknown providers: let the first request say what is wrong
+        return None
+    missing = info.get("missing_keys") or []
+    if info.get("keys_in_environment") or not missing:
+        return None
+    return (f"{model} needs an API key: set {' or '.join(missing)} "
+            "(or serve a model locally and pass --api-base)")
+
+
+def parse_text_tool_calls(text: str) -> list[ToolCall]:
+    """Tool calls written in the text protocol. Unparseable blocks become calls with `error`."""
+    blocks = [(m.group(1), m.group(2)) for m in _FENCE.finditer(text)]
+    blocks += [("tool_call", m.group(1)) for m in _HERMES.finditer(text)]
+    calls: list[ToolCall] = []
+    for n, (kind, body) in enumerate(blocks, 1):
+        call_id = f"text-{n}"
+        try:
+            # strict=False: models often put raw newlines (code) inside JSON strings.
+            data = json.loads(body, strict=False)
+        except json.JSONDecodeError as exc:
+            if kind == "json":
+                continue  # an ordinary JSON example in prose, not a tool call
+            calls.append(ToolCall(call_id, "", body, error=f"the tool block is not valid JSON ({exc})"))
+            continue
+        if not isinstance(data, dict) or "name" not in data:
+            if kind != "json":
+                calls.append(ToolCall(call_id, "", body,
+                                      error='a tool block needs {"name": ..., "arguments": {...}}'))
+            continue
+        args = data.get("arguments", data.get("parameters", {}))
+        raw = args if isinstance(args, str) else json.dumps(args)
+        calls.append(ToolCall(call_id, str(data["name"]), raw))
+    return calls
+
+
+@dataclass
+class LLM:
+    """A chat model reached through litellm.
+
+    `on_text` receives assistant text as it streams; `on_notice` gets one-line notices
+    (retries). `sleep` is injectable so tests do not wait through backoff.
+    """
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    tool_mode: str = "native"
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    stream: bool = True
+    on_text: TextCallback | None = None
+    on_notice: TextCallback | None = None
+    max_retries: int = 6
+    backoff_s: float = 2.0
+    max_backoff_s: float = 60.0
+    timeout_s: float = 600.0
+    sleep: Callable[[float], None] = time.sleep
+    usage: Usage = field(default_factory=Usage)
+
+    def query(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        """Send the conversation; return the reply. Retries transient errors with exponential
+        backoff; raises LLMError (one line) for errors that retrying cannot fix."""
+        import litellm
+
+        retryable = (litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
+                     litellm.ServiceUnavailableError, litellm.InternalServerError)
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._once(litellm, messages, tools)
+            except retryable as exc:
+                self._retry_or_raise(attempt, exc)
+            except litellm.AuthenticationError as exc:
+                raise LLMError(f"{self.model}: authentication failed ({_one_line(exc)}); "
+                               "check the API key") from exc
+            except litellm.ContextWindowExceededError as exc:
+                raise LLMError(f"{self.model}: the conversation no longer fits the context window "
+                               f"({_one_line(exc)})") from exc
+            except (litellm.BadRequestError, litellm.NotFoundError,
+                    litellm.PermissionDeniedError) as exc:
+                raise LLMError(f"{self.model}: request refused: {_one_line(exc)}") from exc
+            except litellm.APIError as exc:
+                # Other 5xx from proxies/gateways are transient; anything else is not.
+                if (getattr(exc, "status_code", 0) or 0) >= 500:
+                    self._retry_or_raise(attempt, exc)
+                else:
+                    raise LLMError(f"{self.model}: {_one_line(exc)}") from exc
+        raise AssertionError("unreachable")  # the loop either returns or raises
+
+    def _retry_or_raise(self, attempt: int, exc: Exception) -> None:
+        if attempt >= self.max_retries:
+            raise LLMError(f"{self.model}: gave up after {attempt + 1} attempts: "
+                           f"{_one_line(exc)}") from exc
+        delay = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+        self.usage.retries += 1
+        if self.on_notice:
+            self.on_notice(f"{type(exc).__name__}: retrying in {delay:.0f} s "
+                           f"(attempt {attempt + 2}/{self.max_retries + 1})")
+        self.sleep(delay)
+
+    def _request_kwargs(self, messages: list[dict[str, Any]],
+                        tools: list[dict[str, Any]]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.model, "messages": messages, "timeout": self.timeout_s,
+            # kcoder does its own retries; the client's would hide a 429 from our backoff.
+            "num_retries": 0, "max_retries": 0, "drop_params": True,
+        }
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+            # openai-compatible local servers often need no key, but the client insists on one.
+            kwargs["api_key"] = self.api_key or os.environ.get("KCODER_API_KEY") or "EMPTY"
+        elif self.api_key:
+            kwargs["api_key"] = self.api_key
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        if self.max_output_tokens:
+            kwargs["max_tokens"] = self.max_output_tokens
+        if self.tool_mode == "native" and tools:
+            kwargs["tools"] = tools
+        if self.stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+        return kwargs
+
+    def _once(self, litellm: Any, messages: list[dict[str, Any]],
+              tools: list[dict[str, Any]]) -> Reply:
+        kwargs = self._request_kwargs(messages, tools)
+        if self.stream:
+            chunks = []
+            for chunk in litellm.completion(**kwargs):
+                chunks.append(chunk)
+                delta = chunk.choices[0].delta if chunk.choices else None
+                if delta is not None and getattr(delta, "content", None) and self.on_text:
+                    self.on_text(delta.content)
+            response = litellm.stream_chunk_builder(chunks, messages=messages)
+            if response is None:
+                raise LLMError(f"{self.model}: the server sent an empty stream")
+        else:
+            response = litellm.completion(**kwargs)
+            text = response.choices[0].message.content or ""
+            if text and self.on_text:
+                self.on_text(text)
+        self._count(litellm, response)
+        return self._to_reply(response)
+
+    def _count(self, litellm: Any, response: Any) -> None:
+        usage = getattr(response, "usage", None)
+        self.usage.calls += 1
+        self.usage.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+        self.usage.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+        try:
+            self.usage.cost += float(litellm.completion_cost(completion_response=response,
+                                                             model=self.model) or 0.0)
+        except Exception:  # noqa: BLE001 - no price known (local models): counts as zero
+            pass
+
+    def _to_reply(self, response: Any) -> Reply:
+        msg = response.choices[0].message
+        text = msg.content or ""
+        calls: list[ToolCall] = []
+        for n, tc in enumerate(getattr(msg, "tool_calls", None) or [], 1):
+            fn = tc.function
+            calls.append(ToolCall(tc.id or f"call-{n}", fn.name or "", fn.arguments or "{}"))
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls and self.tool_mode == "native":
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        if not calls:
+            # Also in native mode: a server without a tool parser returns the call as text.
+            # The loop answers these as user messages (the message carries no tool_calls).
+            calls = parse_text_tool_calls(text)
+        return Reply(text=text, tool_calls=calls, message=message)

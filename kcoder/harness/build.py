@@ -1,0 +1,201 @@
+"""Building candidate extensions: a private, content-keyed build directory per source.
+
+The worker installs `kcoder_load_inline` in place of torch's `load_inline` before the
+candidate is imported. The candidate's call is unchanged in meaning; kcoder only picks the
+build directory (a hash of sources + flags + torch version + arch + toolkit), so distinct
+candidates never race or reuse a stale failed build, and an unchanged candidate never
+rebuilds. Compiler failures become a `BuildError` with the useful lines only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+class BuildError(Exception):
+    """The candidate's extension did not compile or link. `log` holds the trimmed output."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+# What the worker reports about each load_inline call the candidate made.
+BUILD_RECORDS: list[dict[str, Any]] = []
+
+
+def cache_root() -> Path:
+    """Root of kcoder's caches: $KCODER_CACHE, else ~/.cache/kcoder."""
+    env = os.environ.get("KCODER_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kcoder"
+
+
+def find_cuda_home() -> tuple[str | None, str]:
+    """Locate the CUDA toolkit the way a user expects; return (path, note).
+
+    Pitfalls handled: CUDA_HOME set to a folder without bin/nvcc (a runtime-only install or a
+    typo), and `nvcc` on PATH from a distribution package while a full toolkit lies in
+    /usr/local/cuda. An explicit, valid CUDA_HOME/CUDA_PATH always wins.
+    """
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        value = os.environ.get(var)
+        if value:
+            if (Path(value) / "bin" / "nvcc").exists():
+                return value, f"{var}={value}"
+            return None, f"{var}={value} has no bin/nvcc; point it at a CUDA toolkit"
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda", "/usr/local/cuda"
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        home = str(Path(nvcc).resolve().parent.parent)
+        return home, f"nvcc on PATH ({nvcc})"
+    return None, "no CUDA toolkit found (set CUDA_HOME to a folder containing bin/nvcc)"
+
+
+def prepare_environment(device: str) -> list[str]:
+    """Set CUDA_HOME and the target arch before torch.utils.cpp_extension is imported.
+
+    Returns notes for the verdict. Must run before `import torch.utils.cpp_extension`,
+    which reads CUDA_HOME once at import.
+    """
+    notes: list[str] = []
+    os.environ.setdefault("MAX_JOBS", str(max(1, os.cpu_count() or 1)))
+    if device != "cuda":
+        return notes
+    home, note = find_cuda_home()
+    if home:
+        os.environ["CUDA_HOME"] = home
+    notes.append(f"CUDA toolkit: {note}")
+    return notes
+
+
+def set_arch_for_device() -> None:
+    """Compile for the device's own arch (sm_90 on H200) unless the user chose one."""
+    import torch
+
+    if "TORCH_CUDA_ARCH_LIST" in os.environ or not torch.cuda.is_available():
+        return
+    major, minor = torch.cuda.get_device_capability()
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+
+
+def _build_key(bound: dict[str, Any]) -> str:
+    import torch
+
+    material = {
+        "args": {k: v for k, v in bound.items() if k not in ("verbose", "build_directory")},
+        "torch": torch.__version__,
+        "arch": os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+        "cuda_home": os.environ.get("CUDA_HOME", ""),
+        "python": sys.version_info[:2],
+    }
+    blob = json.dumps(material, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@contextmanager
+def _exclusive(build_dir: Path) -> Iterator[None]:
+    """Hold an flock on the build dir. The kernel drops it if the holder dies, so a build
+    killed at its time limit never leaves the directory locked (unlike torch's lock file,
+    which is removed here while we hold the flock, since no live builder can own it)."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".kcoder.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        stale = build_dir / "lock"
+        if stale.exists():
+            stale.unlink()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def make_load_inline(original: Any) -> Any:
+    """Wrap torch's load_inline so each distinct build gets its own directory."""
+    signature = inspect.signature(original)
+
+    def kcoder_load_inline(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        params = dict(bound.arguments)
+        key = _build_key(params)
+        base = re.sub(r"\W", "_", str(params["name"]))[:40] or "ext"
+        build_dir = cache_root() / "build" / f"{base}-{key[:16]}"
+        params["name"] = f"{base}_{key[:10]}"
+        params["build_directory"] = str(build_dir)
+        params["verbose"] = False
+        started = time.perf_counter()
+        with _exclusive(build_dir):
+            cached = any(build_dir.glob(f"{params['name']}*.so"))
+            try:
+                module = original(**params)
+            except Exception as exc:  # torch raises RuntimeError; keep any kind as a build failure
+                log = trim_compiler_output(str(exc), build_dir)
+                first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log[:200])
+                raise BuildError(f"compile error: {first.strip()}", log) from None
+        BUILD_RECORDS.append(
+            {"name": base, "dir": str(build_dir), "cached": cached,
+             "seconds": round(time.perf_counter() - started, 2)}
+        )
+        return module
+
+    kcoder_load_inline.__wrapped__ = original  # type: ignore[attr-defined]
+    return kcoder_load_inline
+
+
+_NOISE = re.compile(r"^\[\d+/\d+\] |^FAILED: |^ninja: |^subprocess\.|^The above exception|^Traceback")
+_LOCATION = re.compile(r"(main\.cpp|cuda\.cu)(\(|:)(\d+)")
+
+
+def trim_compiler_output(text: str, build_dir: Path, max_lines: int = 30) -> str:
+    """Keep the compiler's diagnostics (file:line: error ... plus context), drop command lines.
+
+    Line numbers are mapped back to the candidate's own source strings: load_inline
+    prepends one include line to cpp_sources and three to cuda_sources.
+    """
+    text = text.replace(str(build_dir) + "/", "")
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    keep: list[str] = []
+    for i, line in enumerate(lines):
+        if not line.strip() or _NOISE.search(line) or len(line) > 400:
+            continue
+        if re.search(r"error|Error|undefined reference|fatal", line):
+            keep.append(_map_location(line))
+            # the source line and caret that compilers print after a diagnostic
+            for extra in lines[i + 1 : i + 3]:
+                if extra.strip() and not re.search(r"error|warning|note:", extra) and len(extra) < 400:
+                    keep.append(extra)
+    if not keep:
+        keep = [ln for ln in lines if ln.strip() and not _NOISE.search(ln)][-max_lines:]
+    deduped = list(dict.fromkeys(keep))
+    if len(deduped) > max_lines:
+        deduped = deduped[:max_lines] + [f"... ({len(deduped) - max_lines} more lines trimmed)"]
+    return "\n".join(deduped)
+
+
+def _map_location(line: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        offset = 1 if m.group(1) == "main.cpp" else 3
+        name = "cpp_sources" if m.group(1) == "main.cpp" else "cuda_sources"
+        return f"{name}{m.group(2)}{max(1, int(m.group(3)) - offset)}"
+
+    return _LOCATION.sub(repl, line)
+
+
+def install_build_wrapper() -> None:
+    """Make `torch.utils.cpp_extension.load_inline` the kcoder wrapper for this process."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    if getattr(cpp_extension.load_inline, "__wrapped__", None) is None:
+        cpp_extension.load_inline = make_load_inline(cpp_extension.load_inline)

@@ -1,0 +1,174 @@
+"""Comparing a candidate's output with the reference's: structure, type, and values.
+
+Tolerances are dtype-aware and depend on the precision policy. A value passes when both
+  elementwise: |out - ref| <= rtol * (|ref| + rms(ref)) + 1e-6 * rtol, and
+  norm-wise:   ||out - ref|| / ||ref|| <= norm_tol
+hold, and NaN/Inf appear at exactly the same positions. The norm check is what makes an
+all-zeros (or constant) answer fail even when outputs are tiny.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# (elementwise rtol, relative-norm tolerance) per dtype name and precision policy.
+_TOLERANCES = {
+    ("float32", "strict"): (1e-4, 5e-5),
+    ("float32", "relaxed"): (2e-2, 1e-2),
+    ("float64", "strict"): (1e-7, 1e-8),
+    ("float64", "relaxed"): (1e-4, 5e-5),
+    ("float16", "strict"): (1e-2, 5e-3),
+    ("float16", "relaxed"): (2e-2, 1e-2),
+    ("bfloat16", "strict"): (2e-2, 1e-2),
+    ("bfloat16", "relaxed"): (4e-2, 2e-2),
+}
+
+
+def tolerance_for(dtype: Any, precision: str) -> tuple[float, float]:
+    """(rtol, norm_tol) for a floating dtype; integers and bools compare exactly (0, 0)."""
+    name = str(dtype).replace("torch.", "")
+    if name.startswith("complex"):
+        name = "float64" if name == "complex128" else "float32"
+    return _TOLERANCES.get((name, precision), (0.0, 0.0))
+
+
+class Mismatch(Exception):
+    """The candidate's output differs from the reference. The message says how."""
+
+
+@dataclass
+class ErrorStats:
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    rel_norm_err: float = 0.0
+    tolerance: dict[str, float] = field(default_factory=dict)
+
+    def merge(self, other: ErrorStats) -> None:
+        self.max_abs_err = max(self.max_abs_err, other.max_abs_err)
+        self.max_rel_err = max(self.max_rel_err, other.max_rel_err)
+        self.rel_norm_err = max(self.rel_norm_err, other.rel_norm_err)
+        self.tolerance = self.tolerance or other.tolerance
+
+
+def flatten_outputs(out: Any, path: str = "output") -> list[tuple[str, Any]]:
+    """Flatten nested tuples/lists of outputs into (path, leaf) pairs."""
+    if isinstance(out, (tuple, list)):
+        leaves: list[tuple[str, Any]] = []
+        for i, item in enumerate(out):
+            leaves.extend(flatten_outputs(item, f"{path}[{i}]"))
+        return leaves
+    return [(path, out)]
+
+
+def compare_outputs(out: Any, ref: Any, precision: str) -> ErrorStats:
+    """Raise Mismatch unless `out` matches `ref`; return the error statistics."""
+    import torch
+
+    if isinstance(ref, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref):
+            raise Mismatch(f"output structure differs: expected {type(ref).__name__} of "
+                           f"{len(ref)}, got {_describe(out)}")
+    out_leaves, ref_leaves = flatten_outputs(out), flatten_outputs(ref)
+    if len(out_leaves) != len(ref_leaves):
+        raise Mismatch(f"expected {len(ref_leaves)} outputs, got {len(out_leaves)}")
+    stats = ErrorStats()
+    for (path, o), (_, r) in zip(out_leaves, ref_leaves):
+        if isinstance(r, torch.Tensor):
+            stats.merge(_compare_tensor(path, o, r, precision))
+        elif isinstance(r, (int, float, bool)) or r is None:
+            if isinstance(o, torch.Tensor) or type(o) is not type(r):
+                raise Mismatch(f"{path}: expected {type(r).__name__}, got {_describe(o)}")
+            if isinstance(r, float):
+                rtol, _ = tolerance_for("float64" if precision == "strict" else "float32", precision)
+                if not abs(o - r) <= rtol * abs(r) + 1e-12:
+                    raise Mismatch(f"{path}: expected {r!r}, got {o!r}")
+            elif o != r:
+                raise Mismatch(f"{path}: expected {r!r}, got {o!r}")
+        else:
+            raise Mismatch(f"{path}: unsupported reference output type {type(r).__name__}")
+    return stats
+
+
+def _describe(x: Any) -> str:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return f"{type(x).__name__}{tuple(x.shape)} {x.dtype} on {x.device}"
+    return type(x).__name__
+
+
+def _compare_tensor(path: str, out: Any, ref: Any, precision: str) -> ErrorStats:
+    import torch
+
+    if type(out) is not torch.Tensor:
+        raise Mismatch(f"{path}: expected a plain torch.Tensor, got {_describe(out)} "
+                       "(subclasses and lazy tensors are refused)")
+    for attr in ("shape", "dtype", "device"):
+        if getattr(out, attr) != getattr(ref, attr):
+            raise Mismatch(f"{path}: {attr} {getattr(out, attr)} != reference {getattr(ref, attr)}")
+    if out.layout != ref.layout:
+        raise Mismatch(f"{path}: layout {out.layout} != reference {ref.layout}")
+    if out.is_complex():
+        out, ref = torch.view_as_real(out), torch.view_as_real(ref)
+    rtol, norm_tol = tolerance_for(ref.dtype, precision)
+    tol = {"rtol": rtol, "norm_tol": norm_tol}
+    if not ref.dtype.is_floating_point:
+        if not torch.equal(out, ref):
+            bad = int((out != ref).sum())
+            raise Mismatch(f"{path}: {bad} of {ref.numel()} {ref.dtype} elements differ (exact match required)")
+        return ErrorStats(tolerance=tol)
+    if ref.numel() == 0:
+        return ErrorStats(tolerance=tol)
+    o, r = out.double(), ref.double()
+    _check_nonfinite(path, o, r)
+    finite = torch.isfinite(r)
+    o, r = torch.where(finite, o, 0.0), torch.where(finite, r, 0.0)
+    diff = (o - r).abs()
+    rms = float(r.pow(2).mean().sqrt())
+    allowed = rtol * (r.abs() + rms) + 1e-6 * rtol
+    ratio = diff / (r.abs() + rms + 1e-30)
+    stats = ErrorStats(float(diff.max()), float(ratio.max()), 0.0, tol)
+    ref_norm = float(r.norm())
+    stats.rel_norm_err = float(diff.norm()) / ref_norm if ref_norm > 0 else float(diff.norm())
+    over = diff > allowed
+    if bool(over.any()):
+        idx = int(over.flatten().nonzero()[0])
+        where = tuple(int(i) for i in torch.unravel_index(torch.tensor(idx), ref.shape))
+        raise Mismatch(
+            f"{path}: {int(over.sum())} of {ref.numel()} elements outside tolerance "
+            f"(first at {where}: got {float(out.flatten()[idx]):.6g}, expected "
+            f"{float(ref.flatten()[idx]):.6g}; max abs err {stats.max_abs_err:.3g}, rtol {rtol:g})")
+    limit = norm_tol if ref_norm > 0 else 1e-6 * rtol
+    if stats.rel_norm_err > limit:
+        raise Mismatch(f"{path}: relative error norm {stats.rel_norm_err:.3g} exceeds {limit:g} "
+                       f"for {ref.dtype} ({precision} precision)")
+    return stats
+
+
+def _check_nonfinite(path: str, o: Any, r: Any) -> None:
+    import torch
+
+    for name, fn in (("NaN", torch.isnan), ("+Inf", lambda t: t == float("inf")),
+                     ("-Inf", lambda t: t == float("-inf"))):
+        mo, mr = fn(o), fn(r)
+        if not torch.equal(mo, mr):
+            extra = int((mo & ~mr).sum())
+            missing = int((mr & ~mo).sum())
+            hint = " (unwritten output memory is poisoned with NaN)" if name == "NaN" and extra else ""
+            raise Mismatch(f"{path}: {name} positions differ from the reference "
+                           f"({extra} unexpected, {missing} missing){hint}")
+
+
+def zeros_would_pass(ref: Any, precision: str) -> bool:
+    """Would an all-zeros answer pass? (Only when every floating reference leaf is ~0.)"""
+    import torch
+
+    for _, leaf in flatten_outputs(ref):
+        if isinstance(leaf, torch.Tensor) and leaf.numel():
+            zero = torch.zeros_like(leaf)
+            try:
+                _compare_tensor("output", zero, leaf, precision)
+            except Mismatch:
+                return False
+    return True

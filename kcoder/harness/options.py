@@ -1,0 +1,58 @@
+"""Options that shape one evaluation. Plain data: it travels to the worker as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ALLOWABLE = ("gemm", "conv")
+PRECISIONS = ("strict", "relaxed")
+
+
+@dataclass
+class EvalOptions:
+    """How to evaluate a candidate.
+
+    device: "cpu" or "cuda". allow: library families the candidate may call through torch
+    ("gemm" = cuBLAS/mm/addmm/bmm, "conv" = cuDNN convolution). precision: "strict" (fp32 must
+    be fp32) or "relaxed" (TF32/bf16 allowed, baselines timed with the same relaxations).
+    stages: stop after "build", "verify" or run "timing" too.
+    """
+
+    device: str = "cpu"
+    allow: list[str] = field(default_factory=list)
+    precision: str = "strict"
+    stop_after: str = "timing"  # "build" | "verify" | "timing"
+    n_input_sets: int = 5
+    seed: int = 0
+    build_timeout_s: float = 900.0
+    verify_timeout_s: float = 180.0
+    timing_timeout_s: float = 600.0
+    # Timing: warm-up calls per implementation, then rounds until either bound is reached.
+    warmup: int = 3
+    min_rounds: int = 10
+    max_rounds: int = 100
+    timing_budget_s: float = 3.0
+    compile_baseline: bool = True
+    # Fraction of timed rounds followed by an untimed guarded audit call.
+    audit_every: int = 4
+
+    def validate(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', not {self.device!r}")
+        bad = [a for a in self.allow if a not in ALLOWABLE]
+        if bad:
+            raise ValueError(f"--allow accepts {', '.join(ALLOWABLE)}; unknown: {', '.join(bad)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.stop_after not in ("build", "verify", "timing"):
+            raise ValueError(f"stop_after must be build, verify or timing, not {self.stop_after!r}")
+        if self.n_input_sets < 5:
+            raise ValueError("at least 5 input sets are verified")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalOptions:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

@@ -1,0 +1,89 @@
+"""The evaluator's answer about one candidate: what happened, how fast, what reward, and why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# A speed-up must beat its baseline by this factor to count (the CUDA Agent reward rule).
+SPEEDUP_MARGIN = 1.05
+
+
+@dataclass
+class Verdict:
+    """Result of evaluating a candidate against a problem. JSON-serialisable.
+
+    `stage` is the last stage reached: "static", "build", "verify", "timing" or "done".
+    `reason` is one line saying why the candidate failed, or a one-line summary when it passed.
+    """
+
+    problem: str = ""
+    candidate: str = ""
+    device: str = ""  # "cpu" or "cuda"
+    device_name: str = ""
+    torch_version: str = ""
+    precision: str = "strict"
+    allow: list[str] = field(default_factory=list)
+    stage: str = "static"
+    compiled: bool = False
+    correct: bool = False
+    reward: int = -1
+    reason: str = ""
+    # Correctness, over every verified call (verification and timed runs).
+    n_input_sets: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_norm_err: float | None = None
+    tolerance: dict[str, float] = field(default_factory=dict)
+    # Timing in microseconds (median) and spread (interquartile range).
+    eager_us: float | None = None
+    compile_us: float | None = None
+    candidate_us: float | None = None
+    eager_iqr_us: float | None = None
+    compile_iqr_us: float | None = None
+    candidate_iqr_us: float | None = None
+    timing_rounds: int = 0
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    # 90% interval of the per-round speed-up ratios: the confidence of a claimed speed-up.
+    speedup_vs_eager_ci: list[float] | None = None
+    speedup_vs_compile_ci: list[float] | None = None
+    notes: list[str] = field(default_factory=list)
+    log: str = ""  # trimmed compiler output or traceback, for people and for the agent
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def fail(self, stage: str, reason: str, log: str = "") -> Verdict:
+        """Mark the verdict failed at `stage` with a one-line `reason`."""
+        self.stage = stage
+        self.correct = False
+        self.reward = -1
+        self.reason = reason.strip().splitlines()[0] if reason.strip() else "failed"
+        if log:
+            self.log = log
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def reward_for(correct: bool, speedup_vs_eager: float | None, speedup_vs_compile: float | None) -> int:
+    """CUDA Agent reward: -1 wrong; 3 if >5% faster than eager and torch.compile; 2 if >5%
+    faster than eager only; 1 otherwise (correct but not meaningfully faster)."""
+    if not correct:
+        return -1
+    beats_eager = speedup_vs_eager is not None and speedup_vs_eager > SPEEDUP_MARGIN
+    beats_compile = speedup_vs_compile is not None and speedup_vs_compile > SPEEDUP_MARGIN
+    if beats_eager and beats_compile:
+        return 3
+    if beats_eager:
+        return 2
+    return 1

@@ -1,0 +1,124 @@
+"""Kernel sources shared by the tests, so that one cold C++ build serves many candidates.
+
+Every candidate in the test suite that needs a working extension embeds TESTLIB_CPP
+unchanged (same text -> same build directory -> one build per CI run). Each test picks the
+function it needs: an honest kernel, a wrong one, one that crashes, one that hangs, ...
+"""
+
+TESTLIB_CPP = r"""
+#include <torch/extension.h>
+#include <cstdlib>
+#include <csignal>
+
+// Honest kernel: out = relu(x * scale + y), one pass, written into a fresh tensor.
+torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
+    TORCH_CHECK(x.is_contiguous() && y.is_contiguous(), "inputs must be contiguous");
+    auto out = torch::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    const int64_t n = x.numel();
+    const float s = static_cast<float>(scale);
+    #pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) {
+        float v = a[i] * s + b[i];
+        o[i] = v > 0.f ? v : 0.f;
+    }
+    return out;
+}
+
+// Wrong answer: forgets the relu.
+torch::Tensor no_relu(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) o[i] = a[i] * static_cast<float>(scale) + b[i];
+    return out;
+}
+
+// Leaves the last element unwritten: only poisoned fresh memory reveals it.
+torch::Tensor skip_last(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i + 1 < x.numel(); ++i) {
+        float v = a[i] * static_cast<float>(scale) + b[i];
+        o[i] = v > 0.f ? v : 0.f;
+    }
+    return out;
+}
+
+// Computes the answer into x itself and returns x: modifies the input and aliases it.
+torch::Tensor in_place(torch::Tensor x, torch::Tensor y, double scale) {
+    float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+        float v = a[i] * static_cast<float>(scale) + b[i];
+        a[i] = v > 0.f ? v : 0.f;
+    }
+    return x;
+}
+
+// Falls back to ATen compute from C++ (the dispatcher-level guard must see it).
+torch::Tensor aten_fallback(torch::Tensor x, torch::Tensor y, double scale) {
+    return torch::relu(x * scale + y);
+}
+
+// Returns zeros of the right shape.
+torch::Tensor zeros_out(torch::Tensor x, torch::Tensor y, double scale) {
+    return torch::zeros_like(x);
+}
+
+void segfault_now() { volatile int* p = nullptr; *p = 1; }
+void abort_now() { std::abort(); }
+void spin_forever() { volatile unsigned long long i = 0; while (true) { i = i + 1; } }
+"""
+
+TESTLIB_FUNCTIONS = [
+    "scale_add_relu", "no_relu", "skip_last", "in_place", "aten_fallback", "zeros_out",
+    "segfault_now", "abort_now", "spin_forever",
+]
+
+# A source that does not compile: a missing semicolon and an undeclared name, on known lines.
+BROKEN_CPP = r"""
+#include <torch/extension.h>
+
+torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x)
+    return undeclared_thing(out);
+}
+"""
+
+
+def testlib_candidate(forward_body: str, *, init: str = "", header: str = "", functions=None) -> str:
+    """Source of a candidate file that builds TESTLIB_CPP and runs `forward_body`.
+
+    `forward_body` is the body of ModelNew.forward(self, x, y); `_ext` is the built module.
+    """
+    funcs = TESTLIB_FUNCTIONS if functions is None else functions
+    body = "\n".join("        " + line for line in forward_body.strip("\n").splitlines())
+    init_body = "\n".join("        " + line for line in init.strip("\n").splitlines()) or "        pass"
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{header}
+_ext = load_inline(
+    name="kcoder_testlib",
+    cpp_sources=[{TESTLIB_CPP!r}],
+    functions={funcs!r},
+    extra_cflags=["-O2", "-fopenmp"],
+    extra_ldflags=["-fopenmp"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+{init_body}
+
+    def forward(self, x, y):
+{body}
+'''
