@@ -9,6 +9,8 @@ TESTLIB_CPP = r"""
 #include <torch/extension.h>
 #include <cstdlib>
 #include <csignal>
+#include <cstring>
+#include <cstdint>
 
 // Honest kernel: out = relu(x * scale + y), one pass, written into a fresh tensor.
 torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
@@ -71,6 +73,24 @@ torch::Tensor zeros_out(torch::Tensor x, torch::Tensor y, double scale) {
     return torch::zeros_like(x);
 }
 
+// Rounds the inputs to bfloat16 first: fine under --precision relaxed, not under strict.
+static inline float to_bf16(float v) {
+    uint32_t bits; std::memcpy(&bits, &v, 4);
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000u;
+    float r; std::memcpy(&r, &bits, 4); return r;
+}
+torch::Tensor bf16_inputs(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+        float v = to_bf16(a[i]) * static_cast<float>(scale) + to_bf16(b[i]);
+        o[i] = v > 0.f ? v : 0.f;
+    }
+    return out;
+}
+
 void segfault_now() { volatile int* p = nullptr; *p = 1; }
 void abort_now() { std::abort(); }
 void spin_forever() { volatile unsigned long long i = 0; while (true) { i = i + 1; } }
@@ -78,7 +98,7 @@ void spin_forever() { volatile unsigned long long i = 0; while (true) { i = i + 
 
 TESTLIB_FUNCTIONS = [
     "scale_add_relu", "no_relu", "skip_last", "in_place", "aten_fallback", "zeros_out",
-    "segfault_now", "abort_now", "spin_forever",
+    "bf16_inputs", "segfault_now", "abort_now", "spin_forever",
 ]
 
 # A source that does not compile: a missing semicolon and an undeclared name, on known lines.
@@ -92,7 +112,7 @@ torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
 """
 
 
-def testlib_candidate(forward_body: str, *, init: str = "", header: str = "", functions=None) -> str:
+def candidate_source(forward_body: str, *, init: str = "", header: str = "", functions=None) -> str:
     """Source of a candidate file that builds TESTLIB_CPP and runs `forward_body`.
 
     `forward_body` is the body of ModelNew.forward(self, x, y); `_ext` is the built module.
@@ -122,3 +142,8 @@ class ModelNew(nn.Module):
     def forward(self, x, y):
 {body}
 '''
+
+
+# Older name, kept for callers; `__test__ = False` stops pytest from collecting it.
+testlib_candidate = candidate_source
+testlib_candidate.__test__ = False  # type: ignore[attr-defined]
