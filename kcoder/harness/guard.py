@@ -132,7 +132,11 @@ def _fn_name(func: Any) -> str:
 
     name = resolve_name(func) or getattr(func, "__name__", repr(func))
     if name.endswith(".__get__") or name.endswith(".__set__"):
-        name = name.rsplit(".", 1)[0]
+        return name.rsplit(".", 1)[0]
+    own = getattr(func, "__name__", None)
+    if own and own != name.rsplit(".", 1)[-1] and "." in name:
+        # resolve_name reports some functions under an alias (torch.mm as torch.spmm)
+        name = f"{name.rsplit('.', 1)[0]}.{own}"
     return name
 
 

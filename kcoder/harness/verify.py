@@ -111,11 +111,17 @@ def guarded_call(model: Any, inputs: list[Any], guard: Any, sync: Callable[[], N
     """Run the candidate under the guard and with poisoned allocations."""
     import torch
 
-    with torch.no_grad(), poisoned_allocations(), guard.active():
-        try:
-            out = model(*inputs)
-        finally:
-            sync()
+    try:
+        with torch.no_grad(), poisoned_allocations(), guard.active():
+            try:
+                out = model(*inputs)
+            finally:
+                sync()
+    except Exception:
+        # A refused op surfaces as GuardViolation, or as RuntimeError when raised under C++.
+        if guard.violations:
+            raise CandidateFailure(f"fallback refused: {guard.violations[0].describe()}") from None
+        raise
     if guard.violations:
         raise CandidateFailure(f"fallback refused: {guard.violations[0].describe()}")
     return out
