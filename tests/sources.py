@@ -147,3 +147,103 @@ class ModelNew(nn.Module):
 # Older name, kept for callers; `__test__ = False` stops pytest from collecting it.
 testlib_candidate = candidate_source
 testlib_candidate.__test__ = False  # type: ignore[attr-defined]
+
+
+# CUDA counterpart for the gpu tests: one build serves every CUDA test candidate.
+CUDA_TESTLIB_CPP = r"""
+torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale);
+torch::Tensor out_of_bounds(torch::Tensor x, torch::Tensor y, double scale);
+torch::Tensor never_launched(torch::Tensor x, torch::Tensor y, double scale);
+torch::Tensor hidden_stream(torch::Tensor x, torch::Tensor y, double scale);
+"""
+
+CUDA_TESTLIB_CU = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+
+__global__ void scale_add_relu_kernel(const float* a, const float* b, float* o, int64_t n, float s) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) { float v = a[i] * s + b[i]; o[i] = v > 0.f ? v : 0.f; }
+}
+
+// Same kernel, launched many times over: slow enough that hidden work is measurable.
+__global__ void slow_scale_add_relu_kernel(const float* a, const float* b, float* o, int64_t n, float s) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = a[i] * s + b[i];
+        for (int k = 0; k < 2000; ++k) v = v * 1.0000001f - 1e-30f * v;
+        float r = a[i] * s + b[i];
+        o[i] = (r > 0.f ? r : 0.f) + 0.f * v;
+    }
+}
+
+static inline int blocks_for(int64_t n) { return (int)((n + 255) / 256); }
+
+torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    int64_t n = x.numel();
+    scale_add_relu_kernel<<<blocks_for(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), n, (float)scale);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+
+// Writes far outside the output: an illegal memory access.
+torch::Tensor out_of_bounds(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    int64_t n = x.numel();
+    scale_add_relu_kernel<<<blocks_for(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>() + (1ll << 40), n, (float)scale);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+
+// Allocates the output and never launches a kernel.
+torch::Tensor never_launched(torch::Tensor x, torch::Tensor y, double scale) {
+    return torch::empty_like(x);
+}
+
+// Launches on a private stream the timer does not see (token pasting hides the API name
+// from the static check: this is the dynamic check's test) and does not wait for it.
+#define KC_PASTE(a, b) a##b
+torch::Tensor hidden_stream(torch::Tensor x, torch::Tensor y, double scale) {
+    static cudaStream_t side = nullptr;
+    if (!side) KC_PASTE(cudaStream, CreateWithFlags)(&side, cudaStreamNonBlocking);
+    auto out = torch::empty_like(x);
+    int64_t n = x.numel();
+    cudaStreamSynchronize(at::cuda::getCurrentCUDAStream());  // let the poison fill land first
+    slow_scale_add_relu_kernel<<<blocks_for(n), 256, 0, side>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), n, (float)scale);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+"""
+
+CUDA_TESTLIB_FUNCTIONS = ["scale_add_relu", "out_of_bounds", "never_launched", "hidden_stream"]
+
+
+def cuda_candidate_source(forward_body: str) -> str:
+    """A CUDA candidate for tests/problems/scale_add.py built from CUDA_TESTLIB_*."""
+    body = "\n".join("        " + line for line in forward_body.strip("\n").splitlines())
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(
+    name="kcoder_cuda_testlib",
+    cpp_sources=[{CUDA_TESTLIB_CPP!r}],
+    cuda_sources=[{CUDA_TESTLIB_CU!r}],
+    functions={CUDA_TESTLIB_FUNCTIONS!r},
+    extra_cuda_cflags=["-O3"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x, y):
+{body}
+'''
