@@ -23,7 +23,8 @@ def main() -> None:
     parser.add_argument("--allow", default="")
     args = parser.parse_args()
     allow = [a for a in args.allow.split(",") if a]
-    header = f"{'example':22} {'eager us':>10} {'compile us':>11} {'kernel us':>10} {'vs eager':>9} {'vs compile':>11} reward"
+    header = (f"{'example':22} {'eager us':>10} {'compile us':>11} {'kernel us':>10} "
+              f"{'vs eager':>9} {'vs compile':>11} reward")
     lines = [header]
     for folder in sorted(p.parent for p in (ROOT / "examples").glob(f"*/solution_{args.device}.py")):
         v = evaluate(folder / "model.py", folder / f"solution_{args.device}.py",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,7 +27,7 @@ def _default_device() -> str:
     return "cuda" if Path("/dev/nvidia0").exists() or Path("/dev/nvidiactl").exists() else "cpu"
 
 
-def _parse_allow(allow: Optional[str]) -> list[str]:
+def _parse_allow(allow: str | None) -> list[str]:
     return [a.strip() for a in (allow or "").split(",") if a.strip()]
 
 
@@ -46,8 +45,8 @@ def _bad_input(message: str, as_json: bool) -> None:
 def eval_command(
     problem: Path = typer.Argument(..., help="KernelBench-style problem file (Model, get_inputs, get_init_inputs)."),
     candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew (kernels via load_inline)."),
-    device: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
-    allow: Optional[str] = typer.Option(None, help="Library ops the candidate may call: gemm,conv (cuBLAS/cuDNN)."),
+    device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+    allow: str | None = typer.Option(None, help="Library ops the candidate may call: gemm,conv (cuBLAS/cuDNN)."),
     precision: str = typer.Option("strict", help="strict (fp32 is fp32) or relaxed (TF32/bf16; baselines too)."),
     stop_after: str = typer.Option("timing", help="build, verify or timing."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),

@@ -18,9 +18,10 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class BuildError(Exception):

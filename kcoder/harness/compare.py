@@ -73,7 +73,7 @@ def compare_outputs(out: Any, ref: Any, precision: str) -> ErrorStats:
     if len(out_leaves) != len(ref_leaves):
         raise Mismatch(f"expected {len(ref_leaves)} outputs, got {len(out_leaves)}")
     stats = ErrorStats()
-    for (path, o), (_, r) in zip(out_leaves, ref_leaves):
+    for (path, o), (_, r) in zip(out_leaves, ref_leaves, strict=True):
         if isinstance(r, torch.Tensor):
             stats.merge(_compare_tensor(path, o, r, precision))
         elif isinstance(r, (int, float, bool)) or r is None:

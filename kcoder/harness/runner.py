@@ -141,10 +141,17 @@ def _crash_verdict(state: dict, returncode: int | None, output: str) -> Verdict:
     where = _crash_location(output)
     if returncode is not None and returncode < 0:
         sig = -returncode
-        name = _SIGNALS.get(sig, f"signal {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_ else f"signal {sig}")
+        name = _SIGNALS.get(sig) or _signal_name(sig)
         return verdict.fail(phase, f"crash during {phase}: {name}{where}", tail)
     return verdict.fail(phase, f"the worker exited with code {returncode} during {phase}{where} "
                                "without a verdict", tail)
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return f"signal {signal.Signals(sig).name}"
+    except ValueError:
+        return f"signal {sig}"
 
 
 def _crash_location(output: str) -> str:

@@ -9,11 +9,18 @@ pristine copy and the outputs are compared (see compare.py).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from kcoder.harness.compare import ErrorStats, Mismatch, compare_outputs, flatten_outputs, zeros_would_pass
+from kcoder.harness.compare import (
+    ErrorStats,
+    Mismatch,
+    compare_outputs,
+    flatten_outputs,
+    zeros_would_pass,
+)
 
 
 class CandidateFailure(Exception):
@@ -67,7 +74,9 @@ def inputs_equal(a: list[Any], b: list[Any]) -> bool:
     """Bitwise-equal (NaN equal to NaN) and same metadata."""
     import torch
 
-    for x, y in zip(a, b):
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
         if isinstance(x, torch.Tensor):
             if x.shape != y.shape or x.dtype != y.dtype or x.stride() != y.stride():
                 return False

@@ -4,7 +4,6 @@ CUDA red team (hidden stream, kernel never launched, stale reference output) rej
 from pathlib import Path
 
 import pytest
-
 from conftest import PROBLEMS, ROOT, fast_options
 from sources import cuda_candidate_source
 

@@ -5,7 +5,6 @@ Working extensions come from tests/sources.py:TESTLIB_CPP (one shared build).
 """
 
 import pytest
-
 from sources import candidate_source
 
 HONEST = candidate_source("return _ext.scale_add_relu(x, y, self.scale)")

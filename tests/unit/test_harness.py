@@ -6,7 +6,6 @@ All working candidates embed tests/sources.py:TESTLIB_CPP, so one build serves t
 import os
 
 import pytest
-
 from conftest import PROBLEMS, run_json
 from sources import BROKEN_CPP, candidate_source
 
