@@ -80,6 +80,117 @@ def eval_command(
     raise typer.Exit(0 if verdict.correct else 1)
 
 
+@app.command("optimize")
+def optimize_command(
+    problem: Path = typer.Argument(..., help="KernelBench-style problem file; it is never modified."),
+    model: str | None = typer.Option(None, envvar="KCODER_MODEL",
+                                        help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME."),
+    api_base: str | None = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang ...)."),
+    device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+    target: float = typer.Option(1.05, help="Stop at a verified candidate this many times faster than torch.compile."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Continue after reaching the target."),
+    max_turns: int = typer.Option(200, help="Turn limit."),
+    max_cost: float | None = typer.Option(None, help="Cost limit in USD."),
+    max_time: float | None = typer.Option(None, help="Time limit in seconds."),
+    resume: Path | None = typer.Option(None, help="Continue the run in this run directory."),
+    allow: str | None = typer.Option(None, help="Library ops the candidate may call: gemm,conv."),
+    precision: str = typer.Option("strict", help="strict or relaxed."),
+    runs_dir: Path | None = typer.Option(None, help="Where run directories go (.kcoder/runs beside the problem)."),
+    profile: str | None = typer.Option(None, help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent."),
+    tool_call: str | None = typer.Option(None, help="native, text or auto tool calling."),
+    commit: bool = typer.Option(False, "--commit", help="Commit the best verified kernel to branch kcoder/<problem>."),
+) -> None:
+    """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
+    from kcoder.agent.command import optimize
+    from kcoder.ui import console
+
+    out = console()
+    code = optimize(problem, model=model, api_base=api_base, device=device or _default_device(),
+                    target=target, keep_going=keep_going, max_turns=max_turns, max_cost=max_cost,
+                    max_time=max_time, resume=resume, allow=_parse_allow(allow), precision=precision,
+                    runs_dir=runs_dir, console=out, profile=profile, tool_call=tool_call)
+    if commit and code == 0:
+        code = _commit_best(problem, runs_dir, resume, out) or code
+    raise typer.Exit(code)
+
+
+def _commit_best(problem: Path, runs_dir: Path | None, resume: Path | None, out) -> int:
+    """Commit the newest run's best candidate; return 2 on a git problem (nothing is lost)."""
+    from kcoder.gitops import GitOpsError, commit_accepted
+
+    root = resume or max((runs_dir or problem.resolve().parent / ".kcoder" / "runs").glob(f"{problem.stem}-*"),
+                         key=lambda p: p.stat().st_mtime, default=None)
+    report_path = root / "report.json" if root else None
+    if not report_path or not report_path.exists():
+        out.print("[red]error:[/] no report to commit")
+        return 2
+    report = json.loads(report_path.read_text())
+    best = report.get("best") or {}
+    data = {**best, "model": report.get("model", ""), "problem": problem.stem}
+    md = root / "report.md"
+    try:
+        result = commit_accepted(problem, root / "best" / "model_new.py", data,
+                                 report_md=md.read_text() if md.exists() else None,
+                                 verdict_correct=bool(best.get("correct")))
+    except GitOpsError as exc:
+        out.print(f"[red]error:[/] {exc}")
+        return 2
+    out.print(f"committed {result.commit[:10]} on branch {result.branch}")
+    return 0
+
+
+@app.command("skills")
+def skills_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the SKILL.md workflows kcoder finds, flagging invalid ones."""
+    from kcoder.agent.skills import list_skills
+
+    skills = list_skills()
+    if as_json:
+        print(json.dumps([{"name": s.name, "description": s.description, "source": s.source,
+                           "path": str(s.path), "valid": s.valid, "problems": s.problems,
+                           "warnings": s.warnings} for s in skills], indent=2))
+    else:
+        from rich.table import Table
+
+        from kcoder.ui import console
+
+        table = Table("name", "source", "status", "description")
+        for s in skills:
+            status = "[green]ok[/]" if s.valid else "[red]invalid: " + "; ".join(s.problems) + "[/]"
+            table.add_row(s.name, s.source, status, s.description[:90])
+        console().print(table)
+    raise typer.Exit(0 if all(s.valid for s in skills) else 1)
+
+
+@app.command("log")
+def log_command(path: Path = typer.Argument(Path("."), help="A path inside the git repository."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List accepted kernels committed on kcoder/* branches, with their speed-ups."""
+    from kcoder.gitops import GitOpsError, list_accepted
+
+    try:
+        kernels = list_accepted(path)
+    except GitOpsError as exc:
+        _bad_input(str(exc), as_json)
+        return
+    if as_json:
+        print(json.dumps([{"branch": k.branch, "commit": k.commit, "date": str(k.date),
+                           "subject": k.subject, "reward": k.reward,
+                           "speedup_vs_eager": k.speedup_vs_eager,
+                           "speedup_vs_compile": k.speedup_vs_compile} for k in kernels], indent=2))
+        return
+    from rich.table import Table
+
+    from kcoder.ui import console
+
+    table = Table("branch", "commit", "date", "vs eager", "vs compile", "reward", "device")
+    for k in kernels:
+        table.add_row(k.branch, k.commit[:10], str(k.date)[:19],
+                      f"{k.speedup_vs_eager:.2f}x" if k.speedup_vs_eager else "-",
+                      f"{k.speedup_vs_compile:.2f}x" if k.speedup_vs_compile else "-", str(k.reward), k.device)
+    console().print(table)
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

@@ -174,8 +174,11 @@ class Workspace:
     def append(self, record: dict[str, Any]) -> None:
         """Append one record to trajectory.jsonl and flush it to disk straight away."""
         line = json.dumps(record, ensure_ascii=False, default=str)
-        with self.trajectory_path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+        path = self.trajectory_path
+        # A run killed mid-write leaves a torn last line: start on a fresh line after it.
+        torn = path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(("\n" if torn else "") + line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -204,6 +207,12 @@ class Workspace:
         os.replace(tmp, path)
 
 
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1)
+
+
 def _fmt(value: Any, suffix: str = "") -> str:
     if value is None:
         return "n/a"
@@ -219,12 +228,12 @@ def render_report_md(report: dict[str, Any]) -> str:
         f"# kcoder run: {report.get('problem', '?')}",
         "",
         f"- outcome: **{report.get('status', '?')}** — {report.get('message', '')}",
-        f"- target: {_fmt(report.get('target'), 'x')} torch.compile "
-        f"(reached: {'yes' if report.get('target_reached') else 'no'})",
-        f"- model: {report.get('model', '?')}  ·  device: {report.get('device', '?')} "
-        f"{report.get('device_name') or ''}",
-        f"- turns: {report.get('turns', 0)}  ·  tokens: {report.get('prompt_tokens', 0)} in / "
-        f"{report.get('completion_tokens', 0)} out  ·  cost: ${report.get('cost', 0.0):.4f}",
+        (f"- target: {_fmt(report.get('target'), 'x')} torch.compile "
+        f"(reached: {'yes' if report.get('target_reached') else 'no'})"),
+        (f"- model: {report.get('model', '?')}  ·  device: {report.get('device', '?')} "
+        f"{report.get('device_name') or ''}"),
+        (f"- turns: {report.get('turns', 0)}  ·  tokens: {report.get('prompt_tokens', 0)} in / "
+        f"{report.get('completion_tokens', 0)} out  ·  cost: ${report.get('cost', 0.0):.4f}"),
         f"- wall time: {_fmt(report.get('seconds'), ' s')}",
         "",
         "## Best verified candidate",
@@ -235,12 +244,12 @@ def render_report_md(report: dict[str, Any]) -> str:
     else:
         lines += [
             f"- file: `{report.get('best_path', 'best/model_new.py')}`",
-            f"- verdict: {best.get('reason', '')} (stage {best.get('stage')}, "
-            f"reward {best.get('reward')})",
+            (f"- verdict: {best.get('reason', '')} (stage {best.get('stage')}, "
+            f"reward {best.get('reward')})"),
             f"- speed-up vs eager: {_fmt(best.get('speedup_vs_eager'), 'x')}",
             f"- speed-up vs torch.compile: {_fmt(best.get('speedup_vs_compile'), 'x')}",
-            f"- candidate: {_fmt(best.get('candidate_us'), ' us')}  ·  eager: "
-            f"{_fmt(best.get('eager_us'), ' us')}  ·  compile: {_fmt(best.get('compile_us'), ' us')}",
+            (f"- candidate: {_fmt(best.get('candidate_us'), ' us')}  ·  eager: "
+            f"{_fmt(best.get('eager_us'), ' us')}  ·  compile: {_fmt(best.get('compile_us'), ' us')}"),
         ]
     lines.append("")
     return "\n".join(lines)

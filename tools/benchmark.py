@@ -8,9 +8,9 @@ from kcoder.agent.toolbox import Observation, ToolContext, evaluate_candidate
 
 NAME = "benchmark"
 DESCRIPTION = (
-    "Build, verify and time the candidate against eager PyTorch and torch.compile in one process. "
-    "Reports medians, speed-ups and reward. "
-    "This verdict decides whether the target is reached."
+    "Build, verify and time the candidate against eager PyTorch and torch.compile in one "
+    "process. Reports medians, speed-ups and reward. This verdict decides whether the target "
+    "is reached."
 )
 PARAMETERS = {
     "type": "object",

@@ -8,8 +8,8 @@ from kcoder.agent.toolbox import Observation, ToolContext, evaluate_candidate
 
 NAME = "compile"
 DESCRIPTION = (
-    "Build the candidate's extension (load_inline) in a fresh process and report compiler errors. "
-    "Fast way to check that it compiles."
+    "Build the candidate's extension (load_inline) in a fresh process and report compiler "
+    "errors. Fast way to check that it compiles."
 )
 PARAMETERS = {
     "type": "object",

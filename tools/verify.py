@@ -8,8 +8,8 @@ from kcoder.agent.toolbox import Observation, ToolContext, evaluate_candidate
 
 NAME = "verify"
 DESCRIPTION = (
-    "Build and verify the candidate against the reference on several fresh input sets (correctness, no torch fallbacks). "
-    "Reports the first mismatch."
+    "Build and verify the candidate against the reference on several fresh input sets "
+    "(correctness, no torch fallbacks). Reports the first mismatch."
 )
 PARAMETERS = {
     "type": "object",

@@ -21,8 +21,8 @@ TextCallback = Callable[[str], None]
 
 # ```tool / ```tool_call / ```json fences; the closing fence must start a line, so "```"
 # inside a (single-line) JSON string cannot end the block early.
-_FENCE = re.compile(r"^```(tool_call|tool|json)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_FENCE = re.compile(r"^```(tool_call|tool|json)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 class LLMError(Exception):
@@ -70,6 +70,15 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit] + "…"
 
 
+def _litellm() -> Any:
+    """Import litellm (slow, so only when a run starts) and quiet its banners."""
+    import litellm
+
+    # Its "Provider List / Give Feedback" banners would interleave with kcoder's own output.
+    litellm.suppress_debug_info = True
+    return litellm
+
+
 def missing_key_message(model: str, api_base: str | None) -> str | None:
     """One line naming the environment variable to set, or None when nothing is missing.
 
@@ -77,8 +86,7 @@ def missing_key_message(model: str, api_base: str | None) -> str | None:
     """
     if api_base:
         return None
-    import litellm
-
+    litellm = _litellm()
     try:
         info = litellm.validate_environment(model=model)
     except Exception:  # noqa: BLE001 - unknown providers: let the first request say what is wrong
@@ -143,7 +151,7 @@ class LLM:
     def query(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         """Send the conversation; return the reply. Retries transient errors with exponential
         backoff; raises LLMError (one line) for errors that retrying cannot fix."""
-        import litellm
+        litellm = _litellm()
 
         retryable = (litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
                      litellm.ServiceUnavailableError, litellm.InternalServerError)
@@ -231,10 +239,11 @@ class LLM:
         self.usage.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
         self.usage.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
         try:
-            self.usage.cost += float(litellm.completion_cost(completion_response=response,
-                                                             model=self.model) or 0.0)
+            cost = float(litellm.completion_cost(completion_response=response,
+                                                 model=self.model) or 0.0)
         except Exception:  # noqa: BLE001 - no price known (local models): counts as zero
-            pass
+            cost = 0.0
+        self.usage.cost += cost
 
     def _to_reply(self, response: Any) -> Reply:
         msg = response.choices[0].message

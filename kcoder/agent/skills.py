@@ -71,7 +71,7 @@ def _parse_yaml(text: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ValueError(f"front matter is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(data, dict):
-        raise ValueError("front matter must be a YAML mapping")
+        raise TypeError("front matter must be a YAML mapping")
     return data
 
 
@@ -88,7 +88,7 @@ def validate_skill(folder: Path, source: str = "bundled") -> Skill:
         return skill
     try:
         meta = _parse_yaml(front)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         skill.problems.append(str(exc))
         return skill
     name, description = meta.get("name"), meta.get("description")

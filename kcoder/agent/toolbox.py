@@ -225,8 +225,8 @@ def _fmt_x(value: float | None) -> str:
 def format_verdict(v: Verdict, stop_after: str = "timing", log_chars: int = 4000) -> str:
     """A short observation for the model: stage, reason, speed-ups, trimmed log."""
     head = "PASSED" if stage_passed(v, stop_after) else "FAILED"
-    lines = [f"{head} {stop_after}: stage {v.stage}, compiled {v.compiled}, correct {v.correct}, "
-             f"reward {v.reward}", f"reason: {v.reason}"]
+    lines = [(f"{head} {stop_after}: stage {v.stage}, compiled {v.compiled}, correct {v.correct}, "
+             f"reward {v.reward}"), f"reason: {v.reason}"]
     if v.candidate_us is not None:
         lines.append(f"timing (median): candidate {_fmt_us(v.candidate_us)}, eager "
                      f"{_fmt_us(v.eager_us)}, torch.compile {_fmt_us(v.compile_us)}")
@@ -261,8 +261,7 @@ def evaluate_candidate(args: dict[str, Any], ctx: ToolContext, stop_after: str) 
     started = time.monotonic()
     verdict = evaluate(ctx.workspace.reference, snapshot, options)
     took = time.monotonic() - started
-    text = (f"{stop_after} of {ctx.workspace.relative(target)} (snapshot "
-            f"{ctx.workspace.relative(snapshot)}, {took:.1f} s)\n"
-            + format_verdict(verdict, stop_after))
+    text = (format_verdict(verdict, stop_after) + f"\n(candidate {ctx.workspace.relative(target)}"
+            f", judged as {ctx.workspace.relative(snapshot)}, {took:.1f} s)")
     return Observation(text, ok=stage_passed(verdict, stop_after), verdict=verdict,
                        candidate=snapshot)

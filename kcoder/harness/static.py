@@ -127,7 +127,9 @@ _CPP_PATTERNS = [
      r"\bdlsym\s*\(|\bsystem\s*\(|\bpopen\s*\(", "file-io", "does file, process or library I/O"),
     (r"py::module_?::import|PyImport_|PyRun_|py::exec|py::eval", "python-from-cpp",
      "calls back into Python from C++"),
-    (r"\bstatic\s+(?:const\s+)?(?:std::\w+\s*<[^;]*)?(?:torch|at)::Tensor", "state",
+    # A static *variable* holding tensors (a static function returning one is fine).
+    (r"\bstatic\s+(?:const\s+)?(?:torch|at)::Tensor\s*&?\s*\w+\s*(?:;|=|\{|\[)|"
+     r"\bstatic\s+std::\w+\s*<[^;(){}]*(?:torch|at)::Tensor[^;(){}]*>\s*\w+\s*(?:;|=|\{)", "state",
      "keeps tensors in static storage (can carry outputs between calls)"),
 ]
 _CPP_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)

@@ -50,6 +50,7 @@ CPP_CHEATS = {
     "cpp-stream": ("void s() { auto st = c10::cuda::getStreamFromPool(); }", "[stream]"),
     "cpp-native-kernel": ("at::Tensor f(at::Tensor a) { return at::native::relu(a); }", "[guard-evasion]"),
     "cpp-static-cache": ("static torch::Tensor cached;", "[state]"),
+    "cpp-static-map": ("static std::unordered_map<int64_t, torch::Tensor> memo;", "[state]"),
     "cpp-python-callback": ("void p() { py::module_::import(\"torch\"); }", "[python-from-cpp]"),
 }
 
@@ -75,6 +76,21 @@ def test_static_checks_accept_the_honest_candidate():
     from kcoder.harness.static import check_source
 
     assert check_source(HONEST, reference_stems={"scale_add"}) == []
+    # static helper functions and streams taken from torch are honest C++
+    helpers = ("static torch::Tensor run(torch::Tensor x) { return x; }\n"
+               "static inline int blocks(int n) { return n / 256; }\n"
+               "auto stream = at::cuda::getCurrentCUDAStream();\n")
+    assert check_source(f"CPP = {helpers!r}\n") == []
+
+
+def test_every_example_solution_passes_static_checks():
+    from conftest import ROOT
+    from kcoder.harness.static import check_source
+
+    solutions = sorted((ROOT / "examples").glob("*/solution_*.py"))
+    assert len(solutions) >= 8
+    for path in solutions:
+        assert check_source(path.read_text(), reference_stems={"model"}) == [], path
 
 
 # Caught while running: the guard, verification and the timed-call checks.

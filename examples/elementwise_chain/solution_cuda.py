@@ -1,0 +1,127 @@
+"""CUDA solution: gelu(x*w+b)*sigmoid(x) fused into a single memory pass.
+
+Memory-bound: one 16-byte (float4) load of x and one float4 store per thread per step, with
+w and b read as float4 through the read-only cache (they are tiny and stay in L1/L2). The
+math uses full-precision erff/expf and IEEE division, so results match PyTorch's fp32 to a
+few ulp. A scalar kernel covers shapes whose last dim is not a multiple of 4 or misaligned
+pointers. 32-bit index arithmetic is used whenever the tensor has < 2^31 elements.
+"""
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP_SOURCE = r"""
+#include <torch/extension.h>
+torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor b);
+"""
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cstdint>
+
+__device__ __forceinline__ float chain(float x, float w, float b) {
+  const float z = x * w + b;
+  const float g = 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+  const float s = 1.0f / (1.0f + expf(-x));
+  return g * s;
+}
+
+template <typename IndexT>
+__global__ void __launch_bounds__(256) chain_vec4_kernel(const float4* __restrict__ x, const float4* __restrict__ w,
+                                  const float4* __restrict__ b, float4* __restrict__ out,
+                                  IndexT n4, IndexT c4) {
+  const IndexT stride = (IndexT)gridDim.x * blockDim.x;
+  for (IndexT i = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    const IndexT c = i % c4;
+    const float4 xv = __ldg(x + i);
+    const float4 wv = __ldg(w + c);
+    const float4 bv = __ldg(b + c);
+    float4 o;
+    o.x = chain(xv.x, wv.x, bv.x);
+    o.y = chain(xv.y, wv.y, bv.y);
+    o.z = chain(xv.z, wv.z, bv.z);
+    o.w = chain(xv.w, wv.w, bv.w);
+    out[i] = o;
+  }
+}
+
+template <typename IndexT>
+__global__ void __launch_bounds__(256) chain_scalar_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                    const float* __restrict__ b, float* __restrict__ out,
+                                    IndexT n, IndexT c) {
+  const IndexT stride = (IndexT)gridDim.x * blockDim.x;
+  for (IndexT i = (IndexT)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const IndexT col = i % c;
+    out[i] = chain(__ldg(x + i), __ldg(w + col), __ldg(b + col));
+  }
+}
+
+static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+  TORCH_CHECK(x.is_cuda() && w.is_cuda() && b.is_cuda(), "CUDA tensors expected");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+              b.scalar_type() == torch::kFloat32, "float32 tensors expected");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && b.is_contiguous(), "contiguous tensors expected");
+  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");
+  const int64_t C = x.size(-1);
+  TORCH_CHECK(w.numel() == C && b.numel() == C, "weight/bias must match the last dim of x");
+  auto out = torch::empty_like(x);
+  const int64_t n = x.numel();
+  if (n == 0) return out;
+
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  const float* bp = b.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int threads = 256;
+  const int64_t max_blocks = (int64_t)sms * 32;
+  const bool vec = (C % 4 == 0) && aligned16(xp) && aligned16(wp) && aligned16(bp) && aligned16(op);
+  const bool small = n < (int64_t(1) << 31);
+  if (vec) {
+    const int64_t n4 = n / 4, c4 = C / 4;
+    const int blocks = (int)std::min<int64_t>((n4 + threads - 1) / threads, max_blocks);
+    if (small) {
+      chain_vec4_kernel<uint32_t><<<blocks, threads, 0, stream>>>(
+          (const float4*)xp, (const float4*)wp, (const float4*)bp, (float4*)op, (uint32_t)n4, (uint32_t)c4);
+    } else {
+      chain_vec4_kernel<int64_t><<<blocks, threads, 0, stream>>>(
+          (const float4*)xp, (const float4*)wp, (const float4*)bp, (float4*)op, n4, c4);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  } else {
+    const int blocks = (int)std::min<int64_t>((n + threads - 1) / threads, max_blocks);
+    if (small) {
+      chain_scalar_kernel<uint32_t><<<blocks, threads, 0, stream>>>(xp, wp, bp, op, (uint32_t)n, (uint32_t)C);
+    } else {
+      chain_scalar_kernel<int64_t><<<blocks, threads, 0, stream>>>(xp, wp, bp, op, n, C);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return out;
+}
+"""
+
+_ext = load_inline(
+    name="elementwise_chain_cuda",
+    cpp_sources=CPP_SOURCE,
+    cuda_sources=CUDA_SOURCE,
+    functions=["elementwise_chain"],
+    extra_cuda_cflags=["-O3"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features))
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ext.elementwise_chain(x, self.weight, self.bias)

@@ -1,0 +1,99 @@
+"""The prompts: system prompt (rules, tools, skill listing), task prompt, fixed replies."""
+
+from __future__ import annotations
+
+OBSERVATION_PREFIX = "Observation from "
+
+_CANDIDATE_CUDA = """\
+The candidate is ONE self-contained Python file, model_new.py, defining
+`class ModelNew(nn.Module)` with the same constructor arguments as the reference Model.
+It builds its kernels at import time with
+`torch.utils.cpp_extension.load_inline(name=..., cpp_sources=[<C++ declarations>],
+cuda_sources=[<CUDA kernels and launchers>], functions=[...], extra_cuda_cflags=["-O3"])`
+and forward() calls them. Launch on the current stream; never create streams or threads."""
+
+_CANDIDATE_CPU = """\
+The target device is the CPU. The candidate is ONE self-contained Python file, model_new.py,
+defining `class ModelNew(nn.Module)` with the same constructor arguments as the reference
+Model. It builds C++ kernels at import time with
+`torch.utils.cpp_extension.load_inline(name=..., cpp_sources=[<C++ code>], functions=[...],
+extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"])` (no CUDA sources) and
+forward() calls them."""
+
+_RULES = """\
+Rules the evaluator enforces (a candidate that breaks one is rejected, whatever its speed):
+- Inside ModelNew.forward, torch compute ops are refused, from Python and from C++ (ATen):
+  only allocation (torch.empty, empty_like, ...) and views are allowed. {allow_line}
+- Outputs must match the reference on several fresh input sets: same shape, dtype, device,
+  values within dtype-aware tolerances, NaN/Inf where the reference has them; inputs must
+  not be modified. Precision policy: {precision}.
+- No extra streams or threads, no caching of outputs, no try/except fallbacks, no patching
+  timers, no reading model.py or its outputs.
+- Parameters: keep the reference's parameter/buffer names and shapes so its state dict loads."""
+
+_PROCESS = """\
+How the run works:
+- You act only through the tools. The workspace holds model.py (the reference, read-only)
+  and model_new.py (your candidate). compile, verify and benchmark run kcoder's evaluator
+  on model_new.py in a fresh process and report its verdict.
+- Success is decided by the evaluator, not by you: the run succeeds when a benchmark
+  verdict shows the candidate correct and at least {target:.2f}x as fast as torch.compile.
+  The best verified candidate is kept automatically.
+- Work in small verified steps: write, compile, verify, benchmark. Before each change,
+  state in one sentence what you expect it to gain and why.
+- Call finish only when you cannot improve further; it ends the run, it does not pass it."""
+
+_TEXT_PROTOCOL = """\
+Tool calls: this conversation has no native tool calling. To call a tool, end your reply
+with exactly one fenced block like this (JSON, strings escaped as in JSON):
+
+```tool
+{{"name": "read_file", "arguments": {{"path": "model.py"}}}}
+```
+
+The result comes back in the next message, starting with "{prefix}<tool>".
+Available tools:
+{tools}"""
+
+
+def system_prompt(*, device: str, target: float, allow: list[str], precision: str,
+                  skills_listing: str, tool_mode: str, tools_text: str = "") -> str:
+    """The system prompt. `skills_listing` holds only names and descriptions."""
+    allow_line = ("Library calls allowed by the user: " + ", ".join(allow) + "."
+                  if allow else "No GEMM/conv library calls (cuBLAS, cuDNN) are allowed.")
+    parts = [
+        ("You are kcoder, an expert performance engineer. Your job: make the PyTorch module in "
+        "model.py faster by writing custom kernels, proven correct and fast by kcoder's evaluator."),
+        _CANDIDATE_CPU if device == "cpu" else _CANDIDATE_CUDA,
+        _RULES.format(allow_line=allow_line,
+                      precision="strict fp32" if precision == "strict" else "relaxed (TF32/bf16)"),
+        _PROCESS.format(target=target),
+    ]
+    if skills_listing:
+        parts.append("Skills (load one with load_skill before the work it describes; start with "
+                     "the main workflow):\n" + skills_listing)
+    if tool_mode == "text":
+        parts.append(_TEXT_PROTOCOL.format(prefix=OBSERVATION_PREFIX, tools=tools_text))
+    return "\n\n".join(parts)
+
+
+def task_prompt(reference_source: str, device: str) -> str:
+    """The first user message: the problem itself."""
+    return (f"Optimize this module for the {device} target. The reference, model.py:\n\n"
+            f"```python\n{reference_source.rstrip()}\n```\n\n"
+            "Begin by loading the main workflow skill, then analyze the module and write "
+            "model_new.py.")
+
+
+def observation_message(tool: str, text: str) -> str:
+    """How one tool result reads in the text protocol (a user message)."""
+    return f"{OBSERVATION_PREFIX}{tool}:\n{text}"
+
+
+NO_TOOL_CALL = ("Your reply contained no tool call. Every reply must call one of the tools "
+                "(benchmark measures the candidate; finish ends the run).")
+TEXT_NO_TOOL_CALL = NO_TOOL_CALL + (" Write it as a fenced ```tool block holding "
+                                    '{"name": ..., "arguments": {...}}.')
+RESUMED = ("This run was stopped and has now been resumed. The workspace is as you left it; "
+           "continue from where you were (list_files or read_file show the current state).")
+NOT_RUN = "Not run: the run ended before this call was executed."

@@ -1,0 +1,1 @@
+"""Agent tests (a package, so their module names never collide with other test folders)."""

@@ -1,0 +1,36 @@
+"""A stand-in evaluator for the unit tests (the end-to-end tests use the real harness)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kcoder.harness.options import EvalOptions
+from kcoder.verdict import Verdict
+
+
+class FakeEvaluator:
+    """Judges by markers in the candidate text: BROKEN fails to build; 'relu' is correct;
+    `speedup` is the speed-up over torch.compile a timing run reports."""
+
+    def __init__(self, speedup: float = 1.2) -> None:
+        self.speedup = speedup
+        self.calls: list[tuple[Path, Path, str]] = []
+
+    def __call__(self, problem: Path, candidate: Path, options: EvalOptions) -> Verdict:
+        self.calls.append((problem, candidate, options.stop_after))
+        src = candidate.read_text()
+        v = Verdict(problem=str(problem), candidate=str(candidate), device=options.device)
+        if "BROKEN" in src:
+            return v.fail("build", "compilation failed: expected ';' before 'return'",
+                          log="main.cpp:5:36: error: expected ';' before 'return'")
+        v.compiled = True
+        if "relu" not in src:
+            return v.fail("verify", "output mismatch on input set 0: max abs err 2.1")
+        v.correct, v.stage, v.reward, v.reason = True, options.stop_after, 1, "correct"
+        if options.stop_after == "timing":
+            v.stage = "done"
+            v.eager_us, v.compile_us = 100.0, 90.0
+            v.candidate_us = 90.0 / self.speedup
+            v.speedup_vs_compile, v.speedup_vs_eager = self.speedup, 100.0 / v.candidate_us
+            v.reason = f"correct, {self.speedup:.2f}x vs torch.compile"
+        return v
