@@ -18,7 +18,7 @@ from typing import Any
 
 import kcoder
 
-BUNDLED_DIR = Path(kcoder.__file__).resolve().parent.parent / "skills"
+BUNDLED_DIR = kcoder.bundled_path("skills")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MAX_NAME, MAX_DESCRIPTION, MAX_COMPATIBILITY, MAX_BODY_LINES = 64, 1024, 500, 500
 KNOWN_FIELDS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kcoder.harness.options import EvalOptions
     from kcoder.verdict import Verdict
 
-TOOLS_DIR = Path(kcoder.__file__).resolve().parent.parent / "tools"
+TOOLS_DIR = kcoder.bundled_path("tools")
 MAX_OUTPUT_CHARS = 12_000
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
