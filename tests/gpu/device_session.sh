@@ -18,7 +18,7 @@ for d in examples/*/; do
 done
 wait
 echo "PREBUILD seconds: $(( $(date +%s) - start ))"
-python3 -m pytest -m gpu -q -s tests/gpu tests/agent 2>&1 | tee "$out/gpu_tests.log" | grep -E "EXAMPLE|passed|failed|Error|assert" | head -30
+python3 -m pytest -m gpu -q -s tests/gpu 2>&1 | tee "$out/gpu_tests.log" | grep -E "EXAMPLE|passed|failed|Error|assert" | head -30
 python3 bench/examples.py --device cuda 2>&1 | tee "$out/bench_examples.log" | tail -5
 python3 bench/spread.py examples/elementwise_chain/model.py --device cuda --runs 5 2>&1 | tee "$out/spread.log" | tail -3
 for d in examples/*/; do
