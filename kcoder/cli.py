@@ -191,6 +191,75 @@ def log_command(path: Path = typer.Argument(Path("."), help="A path inside the g
     console().print(table)
 
 
+@app.command("profile")
+def profile_command(
+    problem: Path = typer.Argument(..., help="KernelBench-style problem file (Model, get_inputs, get_init_inputs)."),
+    candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew (CUDA kernels via load_inline)."),
+    device: str = typer.Option("cuda", help="cuda: kernel profiling needs a CUDA GPU."),
+    full: bool = typer.Option(False, "--full", help="More ncu sections; every stall and rule; raw metrics in --json."),
+    summary: bool = typer.Option(False, "--summary", help="Print the compact text the agent's profile tool returns."),
+    precision: str = typer.Option("strict", help="strict (TF32 off) or relaxed (TF32 allowed)."),
+    ncu: str | None = typer.Option(None, help="The ncu binary (default: $KCODER_NCU, PATH, $CUDA_HOME/bin)."),
+    ncu_timeout: float = typer.Option(300.0, help="Seconds before ncu and the profiled process are killed."),
+    save_ncu: str | None = typer.Option(None, help="Keep ncu's output as PREFIX.ncu-rep, PREFIX_raw.csv, "
+                                        "PREFIX_details.csv."),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+) -> None:
+    """Profile CANDIDATE's kernels: Nsight Compute metrics per kernel, roofline against the
+    measured device, ptxas resources; a torch.profiler timeline when ncu cannot run."""
+    from kcoder.harness.profile import ProfileOptions, profile_candidate
+    from kcoder.problem import ProblemError
+
+    options = ProfileOptions(device=device, full=full, precision=precision, ncu=ncu, ncu_timeout_s=ncu_timeout,
+                             save_prefix=save_ncu)
+    try:
+        report = profile_candidate(problem, candidate, options)
+    except (ProblemError, ValueError) as exc:
+        _bad_input(str(exc), as_json)
+        return
+    from kcoder.harness.profile_format import render, summary_text
+
+    if as_json:
+        print(json.dumps(report.to_dict(full=full), default=str))
+    elif summary:
+        print(summary_text(report, full=full))
+    else:
+        from kcoder.ui import console
+
+        render(report, console(), full=full)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command("chat")
+def chat_command(
+    problem: Path = typer.Argument(..., help="KernelBench-style problem file; it is never modified."),
+    model: str | None = typer.Option(None, envvar="KCODER_MODEL",
+                                     help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME."),
+    api_base: str | None = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang ...)."),
+    device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+    target: float = typer.Option(1.05, help="Speed-up over torch.compile that counts as reaching the target."),
+    max_turns: int = typer.Option(30, help="Model turns per message before the model must hand back."),
+    max_cost: float | None = typer.Option(None, help="Cost limit for the session in USD."),
+    resume: Path | None = typer.Option(None, help="Continue the run in this run directory."),
+    allow: str | None = typer.Option(None, help="Library ops the candidate may call: gemm,conv."),
+    precision: str = typer.Option("strict", help="strict or relaxed."),
+    runs_dir: Path | None = typer.Option(None, help="Where run directories go (.kcoder/runs beside the problem)."),
+    profile: str | None = typer.Option(None, help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent."),
+    tool_call: str | None = typer.Option(None, help="native, text or auto tool calling."),
+) -> None:
+    """Refine kernels for PROBLEM in conversation; /help lists the slash commands (/eval, /commit ...)."""
+    from kcoder.chat.repl import run_chat
+    from kcoder.chat.session import Settings
+    from kcoder.harness.options import EvalOptions
+
+    settings = Settings(model=model, api_base=api_base, profile=profile, tool_call=tool_call,
+                        target=target, max_cost=max_cost, turns_per_message=max(1, max_turns),
+                        runs_dir=runs_dir)
+    options = EvalOptions(device=device or _default_device(), allow=_parse_allow(allow),
+                          precision=precision)
+    raise typer.Exit(run_chat(problem, settings, options, resume=resume))
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

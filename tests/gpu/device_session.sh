@@ -22,18 +22,11 @@ python3 -m pytest -m gpu -q -s tests/gpu 2>&1 | tee "$out/gpu_tests.log" | grep 
 python3 bench/examples.py --device cuda 2>&1 | tee "$out/bench_examples.log" | tail -5
 python3 bench/spread.py examples/elementwise_chain/model.py --device cuda --runs 5 2>&1 | tee "$out/spread.log" | tail -3
 for d in examples/*/; do
-  name=$(basename "$d")
-  t0=$(date +%s)
-  timeout 120 ncu --clock-control none --nvtx --nvtx-include "kcoder_candidate/" \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \
-    --metrics dram__bytes_read.sum,dram__bytes_write.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__sass_thread_inst_executed_op_fadd_pred_on.sum,smsp__sass_thread_inst_executed_op_fmul_pred_on.sum \
-    -f -o "/tmp/ncu/$name" python3 tests/gpu/ncu_capture.py "$d/model.py" "$d/solution_cuda.py" > "/tmp/ncu/$name.stdout" 2>&1
-  echo "ncu $name rc=$? $(( $(date +%s) - t0 )) s"
-  ncu --import "/tmp/ncu/$name.ncu-rep" --csv --page details > "/tmp/ncu/$name.details.csv" 2>&1
-  ncu --import "/tmp/ncu/$name.ncu-rep" --csv --page raw > "/tmp/ncu/$name.raw.csv" 2>&1
-  ncu --import "/tmp/ncu/$name.ncu-rep" --page details > "/tmp/ncu/$name.details.txt" 2>&1
+  name=$(basename "$d"); t0=$(date +%s)
+  timeout 150 python3 -m kcoder profile "$d/model.py" "$d/solution_cuda.py" --save-ncu "/tmp/ncu/h200_$name" > "/tmp/ncu/profile_$name.txt" 2>&1
+  echo "kcoder profile $name rc=$? $(( $(date +%s) - t0 )) s"; head -c 1500 "/tmp/ncu/profile_$name.txt"
 done
+rm -f /tmp/ncu/*.ncu-rep
 tar czf "$out/ncu_fixtures.tgz" -C /tmp ncu
 echo; grep -E "passed|failed" "$out/gpu_tests.log" | tail -2; grep EXAMPLE "$out/gpu_tests.log"
 tail -6 "$out/bench_examples.log"; tail -2 "$out/spread.log"

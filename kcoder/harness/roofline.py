@@ -1,0 +1,163 @@
+"""Roofline against the real machine: measured copy bandwidth and FP32 FMA rate, per device.
+
+The ceilings are measured, not taken from a spec sheet: a large device-to-device copy
+(bytes read + bytes written per second) and an fp32 matmul with TF32 off (2*n^3 FLOP per
+call, the CUDA-core FMA path). They are measured once per device name and cached as JSON in
+kcoder's cache dir (`profile/devices.json`). Because they are achievable rates rather than
+theoretical peaks, a very good kernel can read slightly above 100%. FLOPs are FP32 CUDA-core
+operations from ncu's SASS counters (an FFMA counts two); tensor-core, fp16 and fp64 work is
+not counted, so a tensor-core kernel reads as memory- or latency-bound here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kcoder.harness.build import cache_root
+
+LATENCY_BOUND_PCT = 20.0  # below this share of both ceilings, neither limits the kernel
+
+
+@dataclass
+class DeviceLimits:
+    """Measured ceilings of one device."""
+
+    device: str
+    copy_bytes_per_s: float
+    fp32_flops_per_s: float
+    measured_at: str = ""
+    torch_version: str = ""
+    method: str = "torch: 1 GiB device-to-device copy (read+write bytes); fp32 matmul 8192^3, TF32 off"
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        return self.fp32_flops_per_s / self.copy_bytes_per_s
+
+    def describe(self) -> str:
+        return (f"{self.device}: copy {self.copy_bytes_per_s / 1e12:.2f} TB/s, FP32 FMA "
+                f"{self.fp32_flops_per_s / 1e12:.1f} TFLOP/s (measured; ridge {self.ridge_flop_per_byte:.1f} FLOP/B; "
+                "FLOP = 2*FFMA + FADD + FMUL, tensor-core work not counted)")
+
+
+@dataclass
+class RooflinePoint:
+    """Where one kernel sits: its traffic, work, and share of each measured ceiling."""
+
+    bytes: float
+    flops: float
+    duration_ns: float
+    intensity: float | None  # FLOP per DRAM byte
+    memory_pct: float  # achieved DRAM bytes/s as % of the measured copy bandwidth
+    compute_pct: float  # achieved FP32 FLOP/s as % of the measured FMA rate
+    bound: str  # "memory" | "compute" | "latency"
+    limit_pct: float  # % of the ceiling that applies (the roofline at this intensity)
+
+    def describe(self) -> str:
+        if self.bound == "latency":
+            return (f"latency-bound: {self.memory_pct:.0f}% of copy bandwidth, {self.compute_pct:.0f}% of FMA rate "
+                    "(neither ceiling is near; too little work in flight or too short)")
+        ai = f"{self.intensity:.2f} FLOP/B" if self.intensity is not None else "no FLOPs"
+        return f"{self.bound}-bound ({ai}): {self.limit_pct:.0f}% of the hardware limit"
+
+
+def roofline(bytes_: float | None, flops: float | None, duration_ns: float | None,
+             limits: DeviceLimits | None) -> RooflinePoint | None:
+    """The roofline point of a kernel, or None without traffic/time/ceilings."""
+    if limits is None or not duration_ns or duration_ns <= 0 or bytes_ is None:
+        return None
+    flops = flops or 0.0
+    seconds = duration_ns * 1e-9
+    memory_pct = 100.0 * bytes_ / seconds / limits.copy_bytes_per_s
+    compute_pct = 100.0 * flops / seconds / limits.fp32_flops_per_s
+    intensity = flops / bytes_ if bytes_ > 0 else None
+    if intensity is None:
+        bound = "compute" if flops > 0 else "memory"
+    else:
+        bound = "memory" if intensity < limits.ridge_flop_per_byte else "compute"
+    limit_pct = memory_pct if bound == "memory" else compute_pct
+    if max(memory_pct, compute_pct) < LATENCY_BOUND_PCT:
+        bound = "latency"
+    return RooflinePoint(bytes=bytes_, flops=flops, duration_ns=duration_ns, intensity=intensity,
+                         memory_pct=memory_pct, compute_pct=compute_pct, bound=bound, limit_pct=limit_pct)
+
+
+# --- the cache ---------------------------------------------------------------------------------
+def _cache_file() -> Path:
+    return cache_root() / "profile" / "devices.json"
+
+
+def load_limits(device: str) -> DeviceLimits | None:
+    """Cached ceilings for a device name, or None."""
+    try:
+        data = json.loads(_cache_file().read_text())
+        return DeviceLimits(**data[device])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_limits(limits: DeviceLimits) -> None:
+    """Add one device's ceilings to the cache (atomic replace; other devices kept)."""
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[limits.device] = asdict(limits)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+# --- the measurement (runs in the profile target process, on the GPU) ---------------------------
+def _best_ms(torch: Any, fn: Any, repeats: int, trials: int = 5) -> float:
+    """Best mean time per call over `trials` event-timed loops of `repeats` calls (after warm-up)."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / repeats)
+    return best
+
+
+def _copy_ms(torch: Any, nbytes: int) -> float:
+    """Time of one `nbytes` device-to-device copy (its buffers freed on return)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").fill_(1.0)
+    dst = torch.empty_like(src)
+    return _best_ms(torch, lambda: dst.copy_(src), repeats=10)
+
+
+def measure_limits(torch: Any) -> DeviceLimits:
+    """Measure the current CUDA device's copy bandwidth and fp32 FMA rate with torch."""
+    free, _total = torch.cuda.mem_get_info()
+    nbytes = int(min(1 << 30, free // 8)) // 16 * 16  # big enough to dwarf L2, small enough to fit
+    copy_ms = _copy_ms(torch, nbytes)
+    n = 8192 if free > 6 * 8192 * 8192 * 4 else 4096
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32
+    old_precision = torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = False  # strict fp32: the CUDA-core FMA path
+    torch.set_float32_matmul_precision("highest")
+    try:
+        a = torch.randn(n, n, device="cuda")
+        b = torch.randn(n, n, device="cuda")
+        c = torch.empty(n, n, device="cuda")
+        mm_ms = _best_ms(torch, lambda: torch.mm(a, b, out=c), repeats=3, trials=4)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_tf32
+        torch.set_float32_matmul_precision(old_precision)
+    return DeviceLimits(device=torch.cuda.get_device_name(), copy_bytes_per_s=2 * nbytes / (copy_ms * 1e-3),
+                        fp32_flops_per_s=2 * n**3 / (mm_ms * 1e-3),
+                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), torch_version=torch.__version__,
+                        method=f"torch: {nbytes >> 20} MiB device-to-device copy (read+write bytes); "
+                               f"fp32 matmul {n}^3, TF32 off")
