@@ -1,8 +1,14 @@
-"""Terminal rendering: verdict tables and one-line messages (rich, NO_COLOR respected)."""
+"""Terminal rendering: verdict tables, code, diffs, streamed Markdown, a live status line.
+
+Everything goes through a rich Console made by `console()`, which respects NO_COLOR.
+"""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kcoder.verdict import Verdict
@@ -62,3 +68,149 @@ def verdict_table(v: Verdict) -> Any:
     for key, value in rows:
         table.add_row(key, str(value))
     return table
+
+
+# --- chat rendering: code, diffs, streamed markdown, a live status line ----------------------
+_LEXERS = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".cc": "cpp",
+           ".cxx": "cpp", ".h": "cpp", ".hpp": "cpp", ".c": "c", ".sh": "bash", ".md": "markdown",
+           ".json": "json"}
+
+
+def lexer_for(name: str) -> str:
+    """The pygments lexer for a file name (by suffix), or the name itself if it is one."""
+    suffix = os.path.splitext(name)[1].lower()
+    return _LEXERS.get(suffix, "text") if suffix else (name or "text")
+
+
+def code(source: str, name: str = "python", *, max_lines: int | None = None) -> Any:
+    """Syntax-highlighted source (`name`: a file name or a lexer such as "cuda" or "cpp")."""
+    from rich.syntax import Syntax
+
+    lines = source.splitlines()
+    text = source
+    if max_lines and len(lines) > max_lines:
+        text = "\n".join(lines[:max_lines]) + f"\n… {len(lines) - max_lines} more lines"
+    return Syntax(text, lexer_for(name), line_numbers=False, word_wrap=False,
+                  background_color="default")
+
+
+def diff(old: str, new: str, old_name: str, new_name: str, *, max_lines: int = 200) -> Any | None:
+    """A coloured unified diff of two texts, or None when they are identical."""
+    import difflib
+
+    from rich.text import Text
+
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), old_name, new_name,
+                                      lineterm=""))
+    if not lines:
+        return None
+    out = Text()
+    for line in lines[:max_lines]:
+        style = ("bold" if line.startswith(("---", "+++")) else "cyan" if line.startswith("@@")
+                 else "green" if line.startswith("+") else "red" if line.startswith("-") else "")
+        out.append(line + "\n", style=style)  # Text, not markup: code holds [brackets]
+    if len(lines) > max_lines:
+        out.append(f"… {len(lines) - max_lines} more diff lines\n", style="dim")
+    return out
+
+
+class MarkdownStream:
+    """Assistant text rendered as Markdown while it streams in.
+
+    On a terminal, finished lines are printed once and only the last few stay in a live
+    area that is redrawn (at most every `min_interval` s, since each redraw re-renders the
+    whole text). Elsewhere (pipes, logs, tests) the Markdown is printed once, at close().
+    """
+
+    def __init__(self, console: Any, *, live_lines: int = 6, min_interval: float = 0.1) -> None:
+        self.console = console
+        self.live_lines = live_lines
+        self.min_interval = min_interval
+        self.text = ""
+        self._live: Any = None
+        self._printed = 0  # rendered lines already printed above the live area
+        self._last = 0.0
+
+    def write(self, chunk: str) -> None:
+        self.text += chunk
+        if not self.console.is_terminal:
+            return
+        now = time.monotonic()
+        if now - self._last >= self.min_interval:
+            self._last = now
+            self._render(final=False)
+
+    def close(self) -> None:
+        """Print what is left and end the live area; safe to call when nothing streamed."""
+        try:
+            if self.text.strip():
+                if self.console.is_terminal:
+                    self._render(final=True)
+                else:
+                    self._print_plain()
+        finally:
+            if self._live is not None:
+                self._live.stop()
+            self.text, self._live, self._printed = "", None, 0
+
+    def _print_plain(self) -> None:
+        """Pipes and logs: the rendered Markdown once, without the padding to the full width."""
+        from rich.markdown import Markdown
+        from rich.segment import Segment, SegmentLines
+
+        lines = []
+        for line in self.console.render_lines(Markdown(self.text), pad=False):
+            while line and not line[-1].control and not line[-1].text.strip():
+                line = line[:-1]
+            if line:
+                line[-1] = Segment(line[-1].text.rstrip(), line[-1].style)
+            lines.append(line)
+        self.console.print(SegmentLines(lines, new_lines=True))
+
+    def _render(self, final: bool) -> None:
+        from rich.live import Live
+        from rich.markdown import Markdown
+        from rich.segment import SegmentLines
+
+        lines = self.console.render_lines(Markdown(self.text), pad=False)
+        stable = len(lines) if final else max(0, len(lines) - self.live_lines)
+        if self._live is None and not final:
+            self._live = Live(console=self.console, transient=True, auto_refresh=False)
+            self._live.start()
+        if self._live is not None:  # new tail first: printing above the live area redraws it
+            self._live.update(SegmentLines(lines[stable:], new_lines=True), refresh=True)
+        if stable > self._printed:
+            self.console.print(SegmentLines(lines[self._printed:stable], new_lines=True))
+            self._printed = stable
+
+
+class Elapsed:
+    """A status text that shows the seconds since it was made, each time it is drawn."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text.assemble(self.label, (f"  {self.seconds:.0f} s", "dim"))
+
+
+@contextmanager
+def live_status(console: Any, label: str) -> Iterator[Elapsed]:
+    """A spinner line with the elapsed time while a long step (build, verify, timing) runs;
+    on a non-terminal it prints `label` once instead. Yields the Elapsed timer."""
+    timer = Elapsed(label)
+    if not console.is_terminal:
+        from rich.text import Text
+
+        console.print(Text(f"{label} …", style="dim"))
+        yield timer
+        return
+    with console.status(timer, spinner="dots"):
+        yield timer

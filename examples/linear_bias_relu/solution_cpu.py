@@ -85,7 +85,8 @@ torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor weight, torch::Ten
   const int64_t K = x.size(-1);
   const int64_t N = weight.size(0);
   TORCH_CHECK(weight.size(1) == K && bias.numel() == N, "shape mismatch");
-  const int64_t M = K > 0 ? x.numel() / K : 0;
+  int64_t M = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
   std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
   out_sizes.back() = N;
   auto out = torch::empty(out_sizes, x.options());

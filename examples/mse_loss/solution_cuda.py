@@ -20,6 +20,7 @@ CUDA_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cstdint>
 
 constexpr int THREADS = 256;
@@ -100,6 +101,7 @@ static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 torch::Tensor mse_loss(torch::Tensor a, torch::Tensor b) {
   TORCH_CHECK(a.is_cuda() && b.is_cuda(), "CUDA tensors expected");
+  const at::cuda::OptionalCUDAGuard device_guard(a.device());
   TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32, "float32 tensors expected");
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), "contiguous tensors expected");
   TORCH_CHECK(a.sizes() == b.sizes(), "a and b must have the same shape");

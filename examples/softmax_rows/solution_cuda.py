@@ -25,6 +25,7 @@ CUDA_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cstdint>
 #include <cmath>
 
@@ -157,6 +158,7 @@ static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 torch::Tensor softmax_rows(torch::Tensor x) {
   TORCH_CHECK(x.is_cuda(), "CUDA tensor expected");
+  const at::cuda::OptionalCUDAGuard device_guard(x.device());
   TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 tensor expected");
   TORCH_CHECK(x.is_contiguous(), "contiguous tensor expected");
   TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");

@@ -157,7 +157,10 @@ class Agent:
     def resume(self, meta: dict[str, Any]) -> None:
         """Continue from the trajectory: messages, turns, usage and best candidate."""
         records = self.ws.read_trajectory()
-        self.messages = [r["message"] for r in records if r.get("type") == "message"]
+        # A conversation begins at its last fresh start (chat's /clear starts a new one).
+        fresh = [i for i, r in enumerate(records) if r.get("type") == "start" and not r.get("resumed")]
+        records_since = records[fresh[-1]:] if fresh else records
+        self.messages = [r["message"] for r in records_since if r.get("type") == "message"]
         if not self.messages:
             raise AgentStop("bad_resume", f"{self.ws.trajectory_path}: no messages to resume from")
         self.turns = sum(1 for m in self.messages if m.get("role") == "assistant")
@@ -170,12 +173,23 @@ class Agent:
             reached = self.best.get("speedup_vs_compile")
             self.target_reached = reached is not None and reached >= self.limits.target
         self.ws.append({"type": "start", "resumed": True, **meta})
+        self.answer_unanswered(prompts.NOT_RUN)  # killed mid-step: every call needs an answer
+        self.add({"role": "user", "content": prompts.RESUMED})
+
+    def answer_unanswered(self, text: str) -> int:
+        """Answer the last assistant message's tool calls that have no result yet with `text`
+        (after a kill or a Ctrl-C mid-step, so the history stays valid). Returns how many."""
         last = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
         answered = {m.get("tool_call_id") for m in self.messages if m.get("role") == "tool"}
-        for tc in (last or {}).get("tool_calls") or []:
-            if tc["id"] not in answered:  # killed mid-step: every call needs an answer
-                self.add({"role": "tool", "tool_call_id": tc["id"], "content": prompts.NOT_RUN})
-        self.add({"role": "user", "content": prompts.RESUMED})
+        missing = [tc for tc in (last or {}).get("tool_calls") or [] if tc["id"] not in answered]
+        for tc in missing:
+            self.add({"role": "tool", "tool_call_id": tc["id"], "content": text})
+        return len(missing)
+
+    def set_llm(self, llm: LLM) -> None:
+        """Switch models mid-session; usage so far stays counted."""
+        self._usage_base.add(vars(self.llm.usage))
+        self.llm = llm
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> RunResult:

@@ -1,0 +1,174 @@
+"""The one object that owns the chat's input (prompt_toolkit session) and output (rich console).
+
+Interactive (stdin and stdout are terminals, or a prompt_toolkit input is given): a
+PromptSession with persistent history, tab completion and multi-line editing (Enter sends,
+Alt/Esc-Enter starts a new line; pasted text keeps its newlines). Otherwise lines are read
+from stdin (scripts): a line ending in a backslash continues on the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from kcoder import ui
+
+if TYPE_CHECKING:
+    from prompt_toolkit.completion import Completer
+
+PROMPT = "kcoder> "
+
+
+def kcoder_home() -> Path:
+    """kcoder's per-user folder: $KCODER_HOME, else ~/.kcoder (created when first written)."""
+    env = os.environ.get("KCODER_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".kcoder"
+
+
+def history_path() -> Path:
+    return kcoder_home() / "history"
+
+
+class InputOutput:
+    """Reads user input and prints everything the chat shows.
+
+    `pt_input` / `pt_output`: prompt_toolkit input and output (tests pass a pipe input and a
+    DummyOutput); `stdin`: the line source when not interactive; `console`: a rich Console
+    (default: NO_COLOR-aware, see kcoder.ui.console).
+    """
+
+    def __init__(self, *, console: Any = None, pt_input: Any = None, pt_output: Any = None,
+                 stdin: IO[str] | None = None, interactive: bool | None = None,
+                 history: Path | None = None) -> None:
+        self.console = console or ui.console()
+        self.stdin = stdin or sys.stdin
+        if interactive is None:
+            interactive = pt_input is not None or (self.stdin.isatty() and sys.stdout.isatty())
+        self.interactive = interactive
+        self._pt_input, self._pt_output = pt_input, pt_output
+        self.history = history or history_path()
+        self._session: Any = None
+        self._completer: Completer | None = None
+        self._stream: ui.MarkdownStream | None = None
+
+    # --- input ------------------------------------------------------------------------------
+    def set_completer(self, completer: Completer) -> None:
+        self._completer = completer
+
+    def _prompt_session(self) -> Any:
+        if self._session is None:
+            from prompt_toolkit import PromptSession
+            from prompt_toolkit.history import FileHistory, InMemoryHistory
+            from prompt_toolkit.key_binding import KeyBindings
+
+            bindings = KeyBindings()
+
+            @bindings.add("escape", "enter")  # Alt-Enter arrives as Esc, Enter
+            def _newline(event: Any) -> None:
+                event.current_buffer.insert_text("\n")
+
+            try:
+                self.history.parent.mkdir(parents=True, exist_ok=True)
+                history: Any = FileHistory(str(self.history))
+            except OSError as exc:  # a read-only home must not stop the chat
+                self.warn(f"history not saved ({self.history}: {exc.strerror})")
+                history = InMemoryHistory()
+            self._session = PromptSession(
+                history=history, completer=self._completer, complete_while_typing=False,
+                key_bindings=bindings, multiline=False, input=self._pt_input,
+                output=self._pt_output, prompt_continuation=lambda width, *_: "." * (width - 1) + " ")
+        return self._session
+
+    def prompt(self) -> str:
+        """The next user input. Ctrl-C at the prompt gives "" (the line is dropped); Ctrl-D or
+        the end of stdin raises EOFError."""
+        self.end_stream()
+        if self.interactive:
+            try:
+                return self._prompt_session().prompt(PROMPT)
+            except KeyboardInterrupt:
+                return ""
+        return self._read_lines()
+
+    def _read_lines(self) -> str:
+        parts: list[str] = []
+        while True:
+            try:
+                line = self.stdin.readline()
+            except KeyboardInterrupt:
+                return ""
+            if not line:
+                if parts:
+                    break
+                raise EOFError
+            line = line.rstrip("\n").rstrip("\r")
+            if line.endswith("\\"):
+                parts.append(line[:-1])
+                continue
+            parts.append(line)
+            break
+        text = "\n".join(parts)
+        if text.strip():  # echo, so a scripted transcript shows what was asked
+            self.print_text(PROMPT + text.replace("\n", "\n" + " " * len(PROMPT)), "bold")
+        return text
+
+    # --- output -----------------------------------------------------------------------------
+    def print(self, *renderables: Any) -> None:
+        self.end_stream()
+        self.console.print(*renderables)
+
+    def print_text(self, text: str, style: str = "") -> None:
+        """Print plain text (never parsed as rich markup: code and paths hold [brackets])."""
+        from rich.text import Text
+
+        self.end_stream()
+        self.console.print(Text(text, style=style))
+
+    def say(self, text: str) -> None:
+        self.print_text(text)
+
+    def note(self, text: str) -> None:
+        self.print_text(text, "dim")
+
+    def ok(self, text: str) -> None:
+        self.print_text(text, "green")
+
+    def warn(self, text: str) -> None:
+        self.print_text(text, "yellow")
+
+    def error(self, text: str) -> None:
+        from rich.text import Text
+
+        self.end_stream()
+        self.console.print(Text.assemble(("error: ", "bold red"), text))
+
+    def lines(self, rows: Iterable[tuple[str, str]], *, width: int = 12) -> None:
+        """Aligned `name  text` rows (help, lists)."""
+        from rich.text import Text
+
+        self.end_stream()
+        for name, text in rows:
+            self.console.print(Text.assemble((f"{name:<{width}}", "bold cyan"), " ", text))
+
+    def assistant_text(self, chunk: str) -> None:
+        """One streamed piece of the model's reply (rendered as Markdown)."""
+        if self._stream is None:
+            self._stream = ui.MarkdownStream(self.console)
+        self._stream.write(chunk)
+
+    def end_stream(self) -> None:
+        """Finish the model's streamed reply, if one is open."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    @contextmanager
+    def status(self, label: str) -> Iterator[ui.Elapsed]:
+        """A live status line with elapsed time (build, verify, timing take tens of seconds)."""
+        self.end_stream()
+        with ui.live_status(self.console, label) as timer:
+            yield timer
