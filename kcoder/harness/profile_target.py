@@ -19,7 +19,6 @@ the evaluator already built is not rebuilt here.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import os
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.harness import build
+from kcoder.harness.worker import first_line as _first_line
+from kcoder.harness.worker import load_module as _load_module
 
 NVTX_RANGE = "kcoder_candidate"
 RECORDED: list[dict[str, Any]] = []
@@ -41,19 +42,6 @@ class TargetError(Exception):
     def __init__(self, stage: str, reason: str, log: str = "") -> None:
         super().__init__(reason)
         self.stage, self.reason, self.log = stage, reason, log
-
-
-def _load_module(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def install_recorder() -> None:

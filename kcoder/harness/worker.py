@@ -36,7 +36,8 @@ class Stop(Exception):
     """Ends the evaluation with the verdict as it stands."""
 
 
-def _load_module(path: Path, name: str) -> Any:
+def load_module(path: Path, name: str) -> Any:
+    """Execute a Python file as module `name` (frames keep the real file name)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[name] = module
@@ -53,7 +54,8 @@ def _candidate_traceback(exc: BaseException, candidate: str) -> tuple[str, str]:
     return where, text[-4000:]
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, for one-line verdict reasons."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
@@ -125,7 +127,7 @@ class Evaluation:
         self.phase("problem")
         torch = self.torch
         try:
-            self.problem = _load_module(self.problem_path, "kcoder_reference_problem")
+            self.problem = load_module(self.problem_path, "kcoder_reference_problem")
             init = self.problem.get_init_inputs()
             if not isinstance(init, (list, tuple)):
                 raise ProblemInputError(f"get_init_inputs() returned {type(init).__name__}, expected a list")
@@ -135,7 +137,7 @@ class Evaluation:
             make_inputs(self.problem, self.options.seed, self.options.device)
         except Exception as exc:  # the user's problem file failed: bad input, exit code 2
             where, text = _candidate_traceback(exc, str(self.problem_path))
-            self.fail("problem", f"{self.problem_path}: the problem file failed{where}: {_first_line(exc)}", text)
+            self.fail("problem", f"{self.problem_path}: the problem file failed{where}: {first_line(exc)}", text)
         self.done("problem")
 
     def _build(self) -> None:
@@ -143,7 +145,7 @@ class Evaluation:
         torch = self.torch
         self.timer_identities = _timer_identities(torch)
         try:
-            self.candidate = _load_module(self.candidate_path, "kcoder_candidate")
+            self.candidate = load_module(self.candidate_path, "kcoder_candidate")
             model_cls = getattr(self.candidate, "ModelNew", None)
             if model_cls is None:
                 self.fail("build", "the candidate defines no ModelNew")
@@ -154,7 +156,7 @@ class Evaluation:
             raise
         except Exception as exc:
             where, text = _candidate_traceback(exc, str(self.candidate_path))
-            self.fail("build", f"the candidate raised while loading{where}: {_first_line(exc)}", text)
+            self.fail("build", f"the candidate raised while loading{where}: {first_line(exc)}", text)
         self.verdict.compiled = True
         for record in build.BUILD_RECORDS:
             state = "cached" if record["cached"] else "built"
@@ -165,7 +167,7 @@ class Evaluation:
             _copy_weights(self.ref_model, self.new_model)
         except Exception as exc:
             where, text = _candidate_traceback(exc, str(self.candidate_path))
-            self.fail("build", f"ModelNew(*get_init_inputs()) raised{where}: {_first_line(exc)}", text)
+            self.fail("build", f"ModelNew(*get_init_inputs()) raised{where}: {first_line(exc)}", text)
         self.done("build")
 
     def integrity(self, when: str) -> None:
@@ -208,7 +210,7 @@ class Evaluation:
 
     def _fail_from_exception(self, stage: str, exc: BaseException) -> None:
         where, text = _candidate_traceback(exc, str(self.candidate_path))
-        message = _first_line(exc)
+        message = first_line(exc)
         if self.guard.violations:
             self.fail(stage, f"fallback refused: {self.guard.violations[0].describe()}", text)
         lowered = message.lower()

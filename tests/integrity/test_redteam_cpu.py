@@ -85,6 +85,7 @@ def test_static_checks_accept_the_honest_candidate():
 
 def test_every_example_solution_passes_static_checks():
     from conftest import ROOT
+
     from kcoder.harness.static import check_source
 
     solutions = sorted((ROOT / "examples").glob("*/solution_*.py"))
