@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "tests" / "problems"
 sys.path.insert(0, str(ROOT / "tests"))
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Before litellm is first imported: no cost-map download, no proxy for 127.0.0.1.
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+os.environ.setdefault("LITELLM_TELEMETRY", "False")
+os.environ["NO_PROXY"] = "127.0.0.1,localhost," + os.environ.get("NO_PROXY", "")
+os.environ["no_proxy"] = os.environ["NO_PROXY"]
 
 
 def fast_options(**overrides):
@@ -60,3 +65,30 @@ def run_kcoder(*args: str, cwd: Path | None = None, env: dict | None = None) -> 
 def run_json(*args: str, **kwargs) -> tuple[int, dict]:
     proc = run_kcoder(*args, "--json", **kwargs)
     return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture
+def scripted():
+    """Start a scripted OpenAI-compatible server per call (tests/agent/llm_server.py);
+    all are stopped afterwards."""
+    from agent.llm_server import ScriptedLLMServer
+
+    servers = []
+
+    def make(script, **kw):
+        server = ScriptedLLMServer(script, **kw).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def problem(tmp_path: Path) -> Path:
+    """A private copy of tests/problems/scale_add.py (so run dirs land in tmp_path)."""
+    dest = tmp_path / "proj" / "scale_add.py"
+    dest.parent.mkdir()
+    shutil.copyfile(PROBLEMS / "scale_add.py", dest)
+    return dest
