@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -80,24 +81,37 @@ def eval_command(
     raise typer.Exit(0 if verdict.correct else 1)
 
 
+# Options shared by the agent commands (optimize, chat): one declaration each.
+AgentProblem = Annotated[Path, typer.Argument(help="KernelBench-style problem file; it is never modified.")]
+ModelOpt = Annotated[str | None, typer.Option(envvar="KCODER_MODEL",
+                                              help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME.")]
+ApiBaseOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server URL (vLLM, SGLang ...).")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda when a GPU is present).")]
+ResumeOpt = Annotated[Path | None, typer.Option(help="Continue the run in this run directory.")]
+AllowOpt = Annotated[str | None, typer.Option(help="Library ops the candidate may call: gemm,conv.")]
+PrecisionOpt = Annotated[str, typer.Option(help="strict or relaxed.")]
+RunsDirOpt = Annotated[Path | None, typer.Option(help="Where run directories go (.kcoder/runs beside the problem).")]
+ProfileOpt = Annotated[str | None, typer.Option(help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent.")]
+ToolCallOpt = Annotated[str | None, typer.Option(help="native, text or auto tool calling.")]
+
+
 @app.command("optimize")
 def optimize_command(
-    problem: Path = typer.Argument(..., help="KernelBench-style problem file; it is never modified."),
-    model: str | None = typer.Option(None, envvar="KCODER_MODEL",
-                                        help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME."),
-    api_base: str | None = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang ...)."),
-    device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+    problem: AgentProblem,
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    device: DeviceOpt = None,
     target: float = typer.Option(1.05, help="Stop at a verified candidate this many times faster than torch.compile."),
     keep_going: bool = typer.Option(False, "--keep-going", help="Continue after reaching the target."),
     max_turns: int = typer.Option(200, help="Turn limit."),
     max_cost: float | None = typer.Option(None, help="Cost limit in USD."),
     max_time: float | None = typer.Option(None, help="Time limit in seconds."),
-    resume: Path | None = typer.Option(None, help="Continue the run in this run directory."),
-    allow: str | None = typer.Option(None, help="Library ops the candidate may call: gemm,conv."),
-    precision: str = typer.Option("strict", help="strict or relaxed."),
-    runs_dir: Path | None = typer.Option(None, help="Where run directories go (.kcoder/runs beside the problem)."),
-    profile: str | None = typer.Option(None, help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent."),
-    tool_call: str | None = typer.Option(None, help="native, text or auto tool calling."),
+    resume: ResumeOpt = None,
+    allow: AllowOpt = None,
+    precision: PrecisionOpt = "strict",
+    runs_dir: RunsDirOpt = None,
+    profile: ProfileOpt = None,
+    tool_call: ToolCallOpt = None,
     commit: bool = typer.Option(False, "--commit", help="Commit the best verified kernel to branch kcoder/<problem>."),
 ) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
@@ -232,20 +246,19 @@ def profile_command(
 
 @app.command("chat")
 def chat_command(
-    problem: Path = typer.Argument(..., help="KernelBench-style problem file; it is never modified."),
-    model: str | None = typer.Option(None, envvar="KCODER_MODEL",
-                                     help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME."),
-    api_base: str | None = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang ...)."),
-    device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+    problem: AgentProblem,
+    model: ModelOpt = None,
+    api_base: ApiBaseOpt = None,
+    device: DeviceOpt = None,
     target: float = typer.Option(1.05, help="Speed-up over torch.compile that counts as reaching the target."),
     max_turns: int = typer.Option(30, help="Model turns per message before the model must hand back."),
     max_cost: float | None = typer.Option(None, help="Cost limit for the session in USD."),
-    resume: Path | None = typer.Option(None, help="Continue the run in this run directory."),
-    allow: str | None = typer.Option(None, help="Library ops the candidate may call: gemm,conv."),
-    precision: str = typer.Option("strict", help="strict or relaxed."),
-    runs_dir: Path | None = typer.Option(None, help="Where run directories go (.kcoder/runs beside the problem)."),
-    profile: str | None = typer.Option(None, help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent."),
-    tool_call: str | None = typer.Option(None, help="native, text or auto tool calling."),
+    resume: ResumeOpt = None,
+    allow: AllowOpt = None,
+    precision: PrecisionOpt = "strict",
+    runs_dir: RunsDirOpt = None,
+    profile: ProfileOpt = None,
+    tool_call: ToolCallOpt = None,
 ) -> None:
     """Refine kernels for PROBLEM in conversation; /help lists the slash commands (/eval, /commit ...)."""
     from kcoder.chat.repl import run_chat

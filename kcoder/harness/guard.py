@@ -1,9 +1,9 @@
 """Run-time op policy while ModelNew.forward runs: the candidate computes with its own kernels.
 
 Two layers, both active during guarded calls:
-- `_FunctionGuard` (a TorchFunctionMode) sees Python-level torch calls: torch.*, F.*, Tensor
+- `FunctionGuard` (a TorchFunctionMode) sees Python-level torch calls: torch.*, F.*, Tensor
   methods, `.numpy()`/`.item()` round trips.
-- `_DispatchGuard` (a TorchDispatchMode) sees every ATen op that reaches the dispatcher,
+- `DispatchGuard` (a TorchDispatchMode) sees every ATen op that reaches the dispatcher,
   including ops called from C++ inside the candidate's extension (torch::relu, at::mm ...).
 Allowed: allocation, views/reshapes, metadata, and (only with --allow) the GEMM/conv
 library ops. Everything else is recorded as a violation naming the op and the candidate line
@@ -114,8 +114,9 @@ class Guard:
         from contextlib import ExitStack
 
         stack = ExitStack()
-        stack.enter_context(_DispatchGuard(self))
-        stack.enter_context(_FunctionGuard(self))
+        function_guard, dispatch_guard = _modes()
+        stack.enter_context(dispatch_guard(self))
+        stack.enter_context(function_guard(self))
         return stack
 
 
@@ -201,13 +202,9 @@ def _tensor_index(args: tuple) -> bool:
 _MODES: tuple[type, type] | None = None
 
 
-def _FunctionGuard(guard: Guard) -> Any:  # noqa: N802 - reads as the mode it builds
+def _modes() -> tuple[type, type]:
+    """(FunctionGuard, DispatchGuard) classes, built on first use so importing stays light."""
     global _MODES
-    _MODES = _MODES or _make_modes()
-    return _MODES[0](guard)
-
-
-def _DispatchGuard(guard: Guard) -> Any:  # noqa: N802
-    global _MODES
-    _MODES = _MODES or _make_modes()
-    return _MODES[1](guard)
+    if _MODES is None:
+        _MODES = _make_modes()
+    return _MODES

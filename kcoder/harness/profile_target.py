@@ -178,14 +178,19 @@ def run_prepare(t: Target) -> None:
         t.result["limits"] = limits.__dict__
 
 
-def run_under_ncu(t: Target) -> None:
-    """Warm-up outside the range, then one forward inside NVTX range kcoder_candidate."""
+def _ready_on_gpu(t: Target) -> None:
+    """Build, load and instantiate the candidate on the GPU, and warm it up."""
     t.setup()
     t.load()
     if not t.gpu:
         raise TargetError("run", "torch sees no CUDA GPU")
     t.instantiate()
     t.warm_up()
+
+
+def run_under_ncu(t: Target) -> None:
+    """Warm-up outside the range, then one forward inside NVTX range kcoder_candidate."""
+    _ready_on_gpu(t)
     nvtx = t.torch.cuda.nvtx
     nvtx.range_push(NVTX_RANGE)
     try:
@@ -197,12 +202,7 @@ def run_under_ncu(t: Target) -> None:
 
 def run_timeline(t: Target) -> None:
     """Per-kernel device time over a few forwards, from torch.profiler (CUPTI activity)."""
-    t.setup()
-    t.load()
-    if not t.gpu:
-        raise TargetError("run", "torch sees no CUDA GPU")
-    t.instantiate()
-    t.warm_up()
+    _ready_on_gpu(t)
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
