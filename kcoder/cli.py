@@ -52,6 +52,8 @@ def eval_command(
     stop_after: str = typer.Option("timing", help="build, verify or timing."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
     budget: float = typer.Option(3.0, help="Seconds of measured time per implementation (at least 10 rounds)."),
+    plain_build: bool = typer.Option(False, "--plain-build",
+                                     help="Build exactly as plain load_inline does (no precompiled header)."),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
 ) -> None:
     """Build, verify and time CANDIDATE against PROBLEM; print the verdict."""
@@ -60,7 +62,8 @@ def eval_command(
 
     options = EvalOptions(device=device or _default_device(), allow=_parse_allow(allow),
                           precision=precision, stop_after=stop_after,
-                          compile_baseline=not no_compile, timing_budget_s=budget)
+                          compile_baseline=not no_compile, timing_budget_s=budget,
+                          fast_build=not plain_build)
     try:
         options.validate()
         verdict = evaluate(problem, candidate, options)

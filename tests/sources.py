@@ -149,18 +149,61 @@ testlib_candidate = candidate_source
 testlib_candidate.__test__ = False  # type: ignore[attr-defined]
 
 
-# CUDA counterpart for the gpu tests: one build serves every CUDA test candidate.
+# CUDA counterpart for the gpu tests: one build serves every CUDA test candidate. Binding-layer
+# style, like the examples: the torch wrappers live in cpp_sources and the .cu is plain CUDA
+# (raw-pointer launchers), so kcoder can compile it without the torch headers.
 CUDA_TESTLIB_CPP = r"""
-torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale);
-torch::Tensor out_of_bounds(torch::Tensor x, torch::Tensor y, double scale);
-torch::Tensor never_launched(torch::Tensor x, torch::Tensor y, double scale);
-torch::Tensor hidden_stream(torch::Tensor x, torch::Tensor y, double scale);
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
+
+cudaError_t launch_scale_add_relu(const float* a, const float* b, float* o, int64_t n, float s,
+                                  cudaStream_t stream);
+cudaError_t launch_hidden_stream(const float* a, const float* b, float* o, int64_t n, float s,
+                                 cudaStream_t current);
+
+// Honest kernel: out = relu(x * scale + y), written into a fresh tensor.
+torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
+    TORCH_CHECK(x.is_cuda() && y.is_cuda(), "CUDA tensors expected");
+    const c10::cuda::CUDAGuard device_guard(x.device());
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && y.scalar_type() == torch::kFloat32,
+                "float32 tensors expected");
+    TORCH_CHECK(x.is_contiguous() && y.is_contiguous(), "contiguous tensors expected");
+    TORCH_CHECK(x.sizes() == y.sizes(), "x and y must have the same shape");
+    auto out = torch::empty_like(x);
+    C10_CUDA_CHECK(launch_scale_add_relu(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(),
+                                         x.numel(), (float)scale, c10::cuda::getCurrentCUDAStream()));
+    return out;
+}
+
+// Writes far outside the output: an illegal memory access.
+torch::Tensor out_of_bounds(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    C10_CUDA_CHECK(launch_scale_add_relu(x.data_ptr<float>(), y.data_ptr<float>(),
+                                         out.data_ptr<float>() + (1ll << 40), x.numel(), (float)scale,
+                                         c10::cuda::getCurrentCUDAStream()));
+    return out;
+}
+
+// Allocates the output and never launches a kernel.
+torch::Tensor never_launched(torch::Tensor x, torch::Tensor y, double scale) {
+    return torch::empty_like(x);
+}
+
+// Does its work on a private stream the timer does not see (see launch_hidden_stream).
+torch::Tensor hidden_stream(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    C10_CUDA_CHECK(launch_hidden_stream(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(),
+                                        x.numel(), (float)scale, c10::cuda::getCurrentCUDAStream()));
+    return out;
+}
 """
 
 CUDA_TESTLIB_CU = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+#include <cstdint>
 
 __global__ void scale_add_relu_kernel(const float* a, const float* b, float* o, int64_t n, float s) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -180,43 +223,23 @@ __global__ void slow_scale_add_relu_kernel(const float* a, const float* b, float
 
 static inline int blocks_for(int64_t n) { return (int)((n + 255) / 256); }
 
-torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
-    auto out = torch::empty_like(x);
-    int64_t n = x.numel();
-    scale_add_relu_kernel<<<blocks_for(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
-        x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), n, (float)scale);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return out;
-}
-
-// Writes far outside the output: an illegal memory access.
-torch::Tensor out_of_bounds(torch::Tensor x, torch::Tensor y, double scale) {
-    auto out = torch::empty_like(x);
-    int64_t n = x.numel();
-    scale_add_relu_kernel<<<blocks_for(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
-        x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>() + (1ll << 40), n, (float)scale);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return out;
-}
-
-// Allocates the output and never launches a kernel.
-torch::Tensor never_launched(torch::Tensor x, torch::Tensor y, double scale) {
-    return torch::empty_like(x);
+cudaError_t launch_scale_add_relu(const float* a, const float* b, float* o, int64_t n, float s,
+                                  cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    scale_add_relu_kernel<<<blocks_for(n), 256, 0, stream>>>(a, b, o, n, s);
+    return cudaGetLastError();
 }
 
 // Launches on a private stream the timer does not see (token pasting hides the API name
 // from the static check: this is the dynamic check's test) and does not wait for it.
 #define KC_PASTE(a, b) a##b
-torch::Tensor hidden_stream(torch::Tensor x, torch::Tensor y, double scale) {
+cudaError_t launch_hidden_stream(const float* a, const float* b, float* o, int64_t n, float s,
+                                 cudaStream_t current) {
     static cudaStream_t side = nullptr;
     if (!side) KC_PASTE(cudaStream, CreateWithFlags)(&side, cudaStreamNonBlocking);
-    auto out = torch::empty_like(x);
-    int64_t n = x.numel();
-    cudaStreamSynchronize(at::cuda::getCurrentCUDAStream());  // let the poison fill land first
-    slow_scale_add_relu_kernel<<<blocks_for(n), 256, 0, side>>>(
-        x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), n, (float)scale);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return out;
+    cudaStreamSynchronize(current);  // let the poison fill land first
+    slow_scale_add_relu_kernel<<<blocks_for(n), 256, 0, side>>>(a, b, o, n, s);
+    return cudaGetLastError();
 }
 """
 

@@ -5,6 +5,8 @@ w and b read as float4 through the read-only cache (they are tiny and stay in L1
 math uses full-precision erff/expf and IEEE division, so results match PyTorch's fp32 to a
 few ulp. A scalar kernel covers shapes whose last dim is not a multiple of 4 or misaligned
 pointers. 32-bit index arithmetic is used whenever the tensor has < 2^31 elements.
+cuda_sources is plain CUDA (kernels and a raw-pointer launcher, no torch headers) and
+cpp_sources is the torch binding layer (checks, device guard, allocation, stream, launch).
 """
 
 import torch
@@ -13,15 +15,38 @@ from torch.utils.cpp_extension import load_inline
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
-torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor b);
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
+
+cudaError_t launch_elementwise_chain(const float* x, const float* w, const float* b, float* out,
+                                     int64_t n, int64_t c, cudaStream_t stream);
+
+torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+  TORCH_CHECK(x.is_cuda() && w.is_cuda() && b.is_cuda(), "CUDA tensors expected");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+              b.scalar_type() == torch::kFloat32, "float32 tensors expected");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && b.is_contiguous(), "contiguous tensors expected");
+  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");
+  const int64_t C = x.size(-1);
+  TORCH_CHECK(w.numel() == C && b.numel() == C, "weight/bias must match the last dim of x");
+  auto out = torch::empty_like(x);
+  const int64_t n = x.numel();
+  if (n == 0) return out;
+  const cudaError_t err = launch_elementwise_chain(
+      x.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n, C,
+      c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_CHECK(err);
+  return out;
+}
 """
 
 CUDA_SOURCE = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
 #include <cstdint>
+#include <algorithm>
 
 __device__ __forceinline__ float chain(float x, float w, float b) {
   const float z = x * w + b;
@@ -76,25 +101,13 @@ __global__ void __launch_bounds__(256) chain_scalar_kernel(const float* __restri
 
 static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
-  TORCH_CHECK(x.is_cuda() && w.is_cuda() && b.is_cuda(), "CUDA tensors expected");
-  const at::cuda::OptionalCUDAGuard device_guard(x.device());
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-              b.scalar_type() == torch::kFloat32, "float32 tensors expected");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous() && b.is_contiguous(), "contiguous tensors expected");
-  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");
-  const int64_t C = x.size(-1);
-  TORCH_CHECK(w.numel() == C && b.numel() == C, "weight/bias must match the last dim of x");
-  auto out = torch::empty_like(x);
-  const int64_t n = x.numel();
-  if (n == 0) return out;
-
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  const float* bp = b.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+cudaError_t launch_elementwise_chain(const float* xp, const float* wp, const float* bp, float* op,
+                                     int64_t n, int64_t C, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  int dev = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return err;
   const int threads = 256;
   const int64_t max_blocks = (int64_t)sms * 32;
   const bool vec = (C % 4 == 0) && aligned16(xp) && aligned16(wp) && aligned16(bp) && aligned16(op);
@@ -109,7 +122,6 @@ torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor 
       chain_vec4_kernel<int64_t><<<blocks, threads, 0, stream>>>(
           (const float4*)xp, (const float4*)wp, (const float4*)bp, (float4*)op, n4, c4);
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   } else {
     const int blocks = (int)std::min<int64_t>((n + threads - 1) / threads, max_blocks);
     if (small) {
@@ -117,9 +129,8 @@ torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor 
     } else {
       chain_scalar_kernel<int64_t><<<blocks, threads, 0, stream>>>(xp, wp, bp, op, n, C);
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return out;
+  return cudaGetLastError();
 }
 """
 

@@ -16,6 +16,9 @@ Small grids (the 1024 x 1024 output here has only 64 tiles of 128 x 128 for 132 
 "sliced K": two thread groups per block each walk half of K on their own shared-memory
 buffers for the same output tile, and their partial tiles are added through shared memory
 before the epilogue. That doubles the warps per SM without a second kernel or atomics.
+
+cuda_sources is plain CUDA (kernels and a raw-pointer launcher, no torch headers) and
+cpp_sources is the torch binding layer (checks, device guard, allocation, stream, launch).
 """
 
 import torch
@@ -24,14 +27,42 @@ from torch.utils.cpp_extension import load_inline
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
-torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor weight, torch::Tensor bias);
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
+#include <vector>
+
+cudaError_t launch_linear_bias_relu(const float* x, const float* w, const float* bias, float* out,
+                                    int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
+  TORCH_CHECK(x.is_cuda() && weight.is_cuda() && bias.is_cuda(), "CUDA tensors expected");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
+              bias.scalar_type() == torch::kFloat32, "float32 tensors expected");
+  TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() && bias.is_contiguous(), "contiguous tensors expected");
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2, "bad ranks");
+  const int64_t K = x.size(-1);
+  const int64_t N = weight.size(0);
+  TORCH_CHECK(weight.size(1) == K && bias.numel() == N, "shape mismatch");
+  int64_t M = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
+  TORCH_CHECK(M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31), "dimension too large");
+  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
+  out_sizes.back() = N;
+  auto out = torch::empty(out_sizes, x.options());
+  if (out.numel() == 0) return out;
+  const cudaError_t err = launch_linear_bias_relu(
+      x.data_ptr<float>(), weight.data_ptr<float>(), bias.data_ptr<float>(), out.data_ptr<float>(),
+      M, N, K, c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_CHECK(err);
+  return out;
+}
 """
 
 CUDA_SOURCE = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
 #include <cstdint>
 
 // C[M,N] = relu(A[M,K] * B[N,K]^T + bias[N]); all row-major, fp32.
@@ -230,50 +261,31 @@ static void launch_cfg(const float* A, const float* B, const float* bias, float*
   const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
   if (vec) sgemm_bias_relu_kernel<BM, BN, BK, TM, TN, SK, true><<<grid, NT, 0, stream>>>(A, B, bias, C, M, N, K);
   else sgemm_bias_relu_kernel<BM, BN, BK, TM, TN, SK, false><<<grid, NT, 0, stream>>>(A, B, bias, C, M, N, K);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+
+static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Tile choice: 128x128 (256 threads) when that alone fills the SMs; otherwise 128x64 with
 // two K groups (256 threads); for still smaller grids 64x64 with 4x4 per thread and two K
 // groups (512 threads). Measured on H200, 1024^3: 128x128 115 us, 128x64 + two K groups
 // 69 us (cuBLAS fp32: 66 us); 512x1024x1024: 64x64 + two K groups 42 us (cuBLAS 39 us).
-static void launch(const float* A, const float* B, const float* bias, float* C,
-                   int M, int N, int K, bool vec, cudaStream_t stream) {
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+// M, N, K < 2^31 (checked by the caller).
+cudaError_t launch_linear_bias_relu(const float* A, const float* B, const float* bias, float* C,
+                                    int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  int dev = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return err;
+  const int M = (int)m, N = (int)n, K = (int)k;
+  const bool vec = (K % 4 == 0) && aligned16(A) && aligned16(B);
   const int64_t t128 = (int64_t)((M + 127) / 128) * ((N + 127) / 128);
   const int64_t t12864 = (int64_t)((M + 127) / 128) * ((N + 63) / 64);
   if (t128 >= sms) launch_cfg<128, 128, 8, 8, 8, 1>(A, B, bias, C, M, N, K, vec, stream);
   else if (4 * t12864 >= 3 * sms) launch_cfg<128, 64, 8, 8, 8, 2>(A, B, bias, C, M, N, K, vec, stream);
   else launch_cfg<64, 64, 16, 4, 4, 2>(A, B, bias, C, M, N, K, vec, stream);
+  return cudaGetLastError();
 }
-
-static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
-  TORCH_CHECK(x.is_cuda() && weight.is_cuda() && bias.is_cuda(), "CUDA tensors expected");
-  const at::cuda::OptionalCUDAGuard device_guard(x.device());
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && weight.scalar_type() == torch::kFloat32 &&
-              bias.scalar_type() == torch::kFloat32, "float32 tensors expected");
-  TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() && bias.is_contiguous(), "contiguous tensors expected");
-  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 2, "bad ranks");
-  const int64_t K = x.size(-1);
-  const int64_t N = weight.size(0);
-  TORCH_CHECK(weight.size(1) == K && bias.numel() == N, "shape mismatch");
-  int64_t M = 1;
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
-  TORCH_CHECK(M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31), "dimension too large");
-  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
-  out_sizes.back() = N;
-  auto out = torch::empty(out_sizes, x.options());
-  if (out.numel() == 0) return out;
-  const float* A = x.data_ptr<float>();
-  const float* B = weight.data_ptr<float>();
-  const bool vec = (K % 4 == 0) && aligned16(A) && aligned16(B);
-  launch(A, B, bias.data_ptr<float>(), out.data_ptr<float>(), (int)M, (int)N, (int)K, vec,
-         at::cuda::getCurrentCUDAStream());
-  return out;
-}
-
 """
 
 _ext = load_inline(

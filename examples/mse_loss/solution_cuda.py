@@ -5,6 +5,8 @@ float4 of each in flight per thread per step, squares and sums in fp32 registers
 with warp shuffles then across warps in shared memory, and writes one partial per block.
 Stage 2: one block adds the partials in double and writes sum / n into the 0-dim output.
 No atomics, no zero-initialised accumulator, bit-identical results run to run.
+cuda_sources is plain CUDA (kernels and raw-pointer launchers, no torch headers) and
+cpp_sources is the torch binding layer (checks, device guard, allocation, stream, launch).
 """
 
 import torch
@@ -13,15 +15,40 @@ from torch.utils.cpp_extension import load_inline
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
-torch::Tensor mse_loss(torch::Tensor a, torch::Tensor b);
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
+
+cudaError_t mse_loss_partial_count(const float* a, const float* b, int64_t n, int* count);
+cudaError_t launch_mse_loss(const float* a, const float* b, int64_t n, float* partial, int count,
+                            float* out, cudaStream_t stream);
+
+torch::Tensor mse_loss(torch::Tensor a, torch::Tensor b) {
+  TORCH_CHECK(a.is_cuda() && b.is_cuda(), "CUDA tensors expected");
+  const c10::cuda::CUDAGuard device_guard(a.device());
+  TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32, "float32 tensors expected");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), "contiguous tensors expected");
+  TORCH_CHECK(a.sizes() == b.sizes(), "a and b must have the same shape");
+  const int64_t n = a.numel();
+  const float* ap = a.data_ptr<float>();
+  const float* bp = b.data_ptr<float>();
+  int blocks = 0;
+  C10_CUDA_CHECK(mse_loss_partial_count(ap, bp, n, &blocks));
+
+  auto out = torch::empty({}, a.options());
+  auto partial = torch::empty({blocks}, a.options());
+  const cudaError_t err = launch_mse_loss(ap, bp, n, partial.data_ptr<float>(), blocks,
+                                          out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_CHECK(err);
+  return out;
+}
 """
 
 CUDA_SOURCE = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
 #include <cstdint>
+#include <algorithm>
 
 constexpr int THREADS = 256;
 
@@ -47,8 +74,9 @@ __device__ __forceinline__ float block_reduce_sum(float v) {
 
 // VEC: a and b 16-byte aligned; float4 body plus a scalar tail of n % 4 elements.
 template <bool VEC>
-__global__ void __launch_bounds__(THREADS) sqdiff_partial_kernel(const float* __restrict__ a, const float* __restrict__ b,
-                                          int64_t n, float* __restrict__ partial) {
+__global__ void __launch_bounds__(THREADS) sqdiff_partial_kernel(const float* __restrict__ a,
+                                                                  const float* __restrict__ b,
+                                                                  int64_t n, float* __restrict__ partial) {
   const int64_t tid = (int64_t)blockIdx.x * THREADS + threadIdx.x;
   const int64_t stride = (int64_t)gridDim.x * THREADS;
   float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
@@ -93,37 +121,35 @@ __global__ void __launch_bounds__(1024) finalize_kernel(const float* __restrict_
     v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0;
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) out[0] = (float)(v / (double)n);  // n == 0 -> NaN, like torch.mean
+    if (lane == 0) out[0] = (float)(v / (double)n);  // n == 0 -> NaN (0 / 0), like the reference mean
   }
 }
 
 static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-torch::Tensor mse_loss(torch::Tensor a, torch::Tensor b) {
-  TORCH_CHECK(a.is_cuda() && b.is_cuda(), "CUDA tensors expected");
-  const at::cuda::OptionalCUDAGuard device_guard(a.device());
-  TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32, "float32 tensors expected");
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), "contiguous tensors expected");
-  TORCH_CHECK(a.sizes() == b.sizes(), "a and b must have the same shape");
-  const int64_t n = a.numel();
-  const float* ap = a.data_ptr<float>();
-  const float* bp = b.data_ptr<float>();
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+// Number of stage-1 blocks (= partials the caller allocates): about 8 per SM, at least 1.
+cudaError_t mse_loss_partial_count(const float* ap, const float* bp, int64_t n, int* count) {
+  int dev = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return err;
   const bool vec = aligned16(ap) && aligned16(bp);
   const int64_t work = vec ? (n / 4 + 3) / 4 : n / 4;  // float4 (x4 unroll) per thread
   int blocks = (int)std::min<int64_t>((work + THREADS - 1) / THREADS, (int64_t)sms * 8);
-  blocks = std::max(blocks, 1);
+  *count = std::max(blocks, 1);
+  return cudaSuccess;
+}
 
-  auto out = torch::empty({}, a.options());
-  auto partial = torch::empty({blocks}, a.options());
-  float* pp = partial.data_ptr<float>();
+// partial: `count` floats of scratch; out: one float, mean((a - b)^2).
+cudaError_t launch_mse_loss(const float* ap, const float* bp, int64_t n, float* pp, int blocks,
+                            float* out, cudaStream_t stream) {
+  const bool vec = aligned16(ap) && aligned16(bp);
   if (vec) sqdiff_partial_kernel<true><<<blocks, THREADS, 0, stream>>>(ap, bp, n, pp);
   else sqdiff_partial_kernel<false><<<blocks, THREADS, 0, stream>>>(ap, bp, n, pp);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  finalize_kernel<<<1, 1024, 0, stream>>>(pp, blocks, n, out.data_ptr<float>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  finalize_kernel<<<1, 1024, 0, stream>>>(pp, blocks, n, out);
+  return cudaGetLastError();
 }
 """
 

@@ -10,6 +10,8 @@ thread holds about 4 float4 (256 threads for 4096 columns).
 Fallback (other shapes): a single-read online softmax (running max and rescaled sum per
 thread, merged across the block), then a second pass that writes the output.
 expf and IEEE division are used throughout (no fast-math intrinsics).
+cuda_sources is plain CUDA (kernels and a raw-pointer launcher, no torch headers) and
+cpp_sources is the torch binding layer (checks, device guard, allocation, stream, launch).
 """
 
 import torch
@@ -18,16 +20,36 @@ from torch.utils.cpp_extension import load_inline
 
 CPP_SOURCE = r"""
 #include <torch/extension.h>
-torch::Tensor softmax_rows(torch::Tensor x);
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime_api.h>
+
+cudaError_t launch_softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+
+torch::Tensor softmax_rows(torch::Tensor x) {
+  TORCH_CHECK(x.is_cuda(), "CUDA tensor expected");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 tensor expected");
+  TORCH_CHECK(x.is_contiguous(), "contiguous tensor expected");
+  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");
+  auto out = torch::empty_like(x);
+  if (x.numel() == 0) return out;
+  const int64_t C = x.size(-1);
+  const int64_t R = x.numel() / C;
+  TORCH_CHECK(R <= 2147483647LL, "too many rows");
+  const cudaError_t err = launch_softmax_rows(x.data_ptr<float>(), out.data_ptr<float>(), R, C,
+                                              c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_CHECK(err);
+  return out;
+}
 """
 
 CUDA_SOURCE = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
 #include <cstdint>
 #include <cmath>
+#include <algorithm>
 
 __device__ __forceinline__ float warp_max(float v) {
   #pragma unroll
@@ -64,7 +86,8 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 // One block per row; VPT float4 per thread held in registers.
 template <int VPT>
-__global__ void __launch_bounds__(1024) softmax_reg_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t C) {
+__global__ void __launch_bounds__(1024) softmax_reg_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                                           int64_t C) {
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const float4* xr = reinterpret_cast<const float4*>(x + row * C);
@@ -117,7 +140,8 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 }
 
 // Any shape / alignment: online pass for (max, sum), then one write pass.
-__global__ void __launch_bounds__(256) softmax_online_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t C) {
+__global__ void __launch_bounds__(256) softmax_online_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                                             int64_t C) {
   __shared__ float red_m[32];
   __shared__ float red_s[32];
   const int64_t row = blockIdx.x;
@@ -156,21 +180,9 @@ __global__ void __launch_bounds__(256) softmax_online_kernel(const float* __rest
 
 static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-torch::Tensor softmax_rows(torch::Tensor x) {
-  TORCH_CHECK(x.is_cuda(), "CUDA tensor expected");
-  const at::cuda::OptionalCUDAGuard device_guard(x.device());
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 tensor expected");
-  TORCH_CHECK(x.is_contiguous(), "contiguous tensor expected");
-  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension");
-  auto out = torch::empty_like(x);
-  if (x.numel() == 0) return out;
-  const int64_t C = x.size(-1);
-  const int64_t R = x.numel() / C;
-  TORCH_CHECK(R <= 2147483647LL, "too many rows");
-  const float* xp = x.data_ptr<float>();
-  float* yp = out.data_ptr<float>();
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-
+// x and y: R rows of C floats each (R < 2^31, checked by the caller).
+cudaError_t launch_softmax_rows(const float* xp, float* yp, int64_t R, int64_t C, cudaStream_t stream) {
+  if (R == 0 || C == 0) return cudaSuccess;
   const int64_t c4 = C / 4;
   if (C % 4 == 0 && c4 <= 1024 * 8 && aligned16(xp) && aligned16(yp)) {
     // about 4 float4 per thread, block size a multiple of 32 in [32, 1024]
@@ -182,12 +194,10 @@ torch::Tensor softmax_rows(torch::Tensor x) {
     else if (vpt <= 2) softmax_reg_kernel<2><<<grid, block, 0, stream>>>(xp, yp, C);
     else if (vpt <= 4) softmax_reg_kernel<4><<<grid, block, 0, stream>>>(xp, yp, C);
     else softmax_reg_kernel<8><<<grid, block, 0, stream>>>(xp, yp, C);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   } else {
     softmax_online_kernel<<<(unsigned)R, 256, 0, stream>>>(xp, yp, C);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return out;
+  return cudaGetLastError();
 }
 """
 

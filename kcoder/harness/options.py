@@ -16,13 +16,16 @@ class EvalOptions:
     device: "cpu" or "cuda". allow: library families the candidate may call through torch
     ("gemm" = cuBLAS/mm/addmm/bmm, "conv" = cuDNN convolution). precision: "strict" (fp32 must
     be fp32) or "relaxed" (TF32/bf16 allowed, baselines timed with the same relaxations).
-    stages: stop after "build", "verify" or run "timing" too.
+    stages: stop after "build", "verify" or run "timing" too. fast_build: let kcoder build the
+    candidate's extension faster (precompiled torch header, torch-free CUDA unit; same code,
+    see harness/fastbuild.py); False builds exactly as plain load_inline does.
     """
 
     device: str = "cpu"
     allow: list[str] = field(default_factory=list)
     precision: str = "strict"
     stop_after: str = "timing"  # "build" | "verify" | "timing"
+    fast_build: bool = True
     n_input_sets: int = 5
     seed: int = 0
     build_timeout_s: float = 900.0

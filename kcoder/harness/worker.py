@@ -108,7 +108,7 @@ class Evaluation:
 
             self.verdict.device_name = platform.processor() or platform.machine() or "cpu"
         _set_precision(torch, self.options.precision)
-        build.install_build_wrapper()
+        build.install_build_wrapper(fast=self.options.fast_build)
         self._load_problem()
         self._build()
         if self.options.stop_after == "build":
@@ -159,8 +159,7 @@ class Evaluation:
             self.fail("build", f"the candidate raised while loading{where}: {first_line(exc)}", text)
         self.verdict.compiled = True
         for record in build.BUILD_RECORDS:
-            state = "cached" if record["cached"] else "built"
-            self.verdict.notes.append(f"extension {record['name']}: {state} in {record['seconds']} s")
+            self.verdict.notes.append(build.describe(record))
         try:
             torch.manual_seed(self.options.seed)
             self.new_model = model_cls(*self.init_inputs).to(self.options.device)

@@ -1,0 +1,205 @@
+"""Faster builds of the same extension: a precompiled torch header and torch-free CUDA units.
+
+torch writes its build.ninja exactly as plain `load_inline` would; kcoder then changes how two
+compile steps run, never what they compile:
+
+- main.cpp begins with `#include <torch/extension.h>` and then the candidate's own leading
+  torch includes. Those same lines, in the same order, are compiled once into a GCC
+  precompiled header (cached per compiler, flags, include block and torch) and force-included,
+  so the file's own includes hit their include guards: the same translation unit, parsed once.
+- cuda.cu begins with `#include <torch/types.h>`, which load_inline adds to every CUDA source.
+  When the candidate's CUDA code never names torch, ATen or c10, that line is blanked (line
+  numbers unchanged) and nvcc skips the torch headers, which are nearly all of its time.
+
+If the build with a torch-free CUDA unit fails for any reason, it runs again with load_inline's
+own cuda.cu (the precompiled header stays: it cannot change what main.cpp means), so a
+candidate's verdict and its compiler messages are those of plain load_inline.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PCH_HEADER = "kcoder_pch.h"
+FAST_CUDA_SOURCE = "kcoder_fast.cu"
+PCH_TIMEOUT_S = 900
+
+_TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11)/[^>"]+[>"]\s*$')
+_IMPLICIT_CUDA_HEADERS = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
+# Any of these in the candidate's CUDA code means it may need the torch headers.
+_USES_TORCH = re.compile(r"\b(torch|ATen|c10|pybind11|Python\.h|at::|TORCH_\w*|AT_\w*|C10_\w*|PYBIND11_\w*|Tensor)")
+_EXTENSION_NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
+
+
+def parse_ninja_variables(text: str) -> dict[str, str]:
+    """Top-level `name = value` lines of a build.ninja (rule bodies are indented)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+) = ?(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def leading_torch_includes(source: str) -> list[str]:
+    """The block of torch/ATen/c10/pybind11 includes the file starts with (blank lines and
+    `//` comments allowed between them); stops at the first line of anything else."""
+    includes: list[str] = []
+    for line in source.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        if not _TORCH_INCLUDE.match(line):
+            break
+        includes.append(stripped)
+    return includes
+
+
+def torch_free_cuda(cuda_text: str) -> bool:
+    """True when cuda.cu is load_inline's three implicit headers followed by CUDA code that
+    never refers to torch (so the first header can go without changing what compiles)."""
+    lines = cuda_text.split("\n")
+    if lines[:3] != _IMPLICIT_CUDA_HEADERS:
+        return False
+    return _USES_TORCH.search("\n".join(lines[3:])) is None
+
+
+def accelerate(ninja_text: str, build_dir: Path, notes: list[str], torch_free: bool = True) -> str:
+    """Return the faster build.ninja text (or the same text when nothing applies).
+
+    torch_free: also compile a torch-free cuda.cu without the implicit torch header."""
+    variables = parse_ninja_variables(ninja_text)
+    text = ninja_text
+    main_cpp = build_dir / "main.cpp"
+    if "build main.o: compile" in text and main_cpp.exists() and "cxx" in variables:
+        includes = leading_torch_includes(main_cpp.read_text())
+        if includes:
+            flags = [f for f in variables.get("cflags", "").split() if not _EXTENSION_NAME_FLAG.match(f)]
+            flags += variables.get("post_cflags", "").split()
+            header = ensure_pch(variables["cxx"], flags, includes, notes)
+            if header is not None:
+                text = re.sub(r"^cflags = (.*)$", lambda m: f"cflags = {m.group(1)} -include {header}",
+                              text, count=1, flags=re.M)
+                notes.append("precompiled torch header")
+    cuda = build_dir / "cuda.cu"
+    if torch_free and cuda.exists() and torch_free_cuda(cuda.read_text()):
+        lines = cuda.read_text().split("\n")
+        lines[0] = "// kcoder: the implicit torch header is left out; this CUDA code does not use torch"
+        (build_dir / FAST_CUDA_SOURCE).write_text("\n".join(lines))
+        fast_text = text.replace(f" {cuda}\n", f" {build_dir / FAST_CUDA_SOURCE}\n")
+        if fast_text != text:
+            text = fast_text
+            notes.append("torch-free CUDA unit")
+    return text
+
+
+def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]) -> Path | None:
+    """The force-include header whose .gch holds `includes` compiled with `flags`, if built.
+
+    GCC uses a .gch only when the flags match the ones it was built with, so the key is the
+    whole flag list (include paths, -O level, -fPIC, -std, ...) plus the compiler's identity.
+    A missing header is built by a detached compiler while this build goes on without it
+    (building one costs more than the compile it saves, so the first build with new flags is
+    never slower than plain); KCODER_PCH=wait waits for it instead, KCODER_PCH=off never uses one.
+    Returns None, and says why in `notes`, when there is no usable header yet.
+    """
+    from kcoder.harness.build import cache_root
+
+    policy = os.environ.get("KCODER_PCH", "background")
+    if policy == "off":
+        return None
+    material = "\n".join([cxx, _compiler_identity(cxx), *flags, "--", *includes])
+    folder = cache_root() / "pch" / hashlib.sha256(material.encode()).hexdigest()[:20]
+    header, gch = folder / PCH_HEADER, folder / (PCH_HEADER + ".gch")
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not gch.exists() and not (folder / "failed").exists() and not _building(folder):
+            header.write_text("\n".join(includes) + "\n")
+            _start_pch_build(folder, [cxx, "-x", "c++-header", *flags, str(header)])
+    if policy == "wait":
+        deadline = time.monotonic() + PCH_TIMEOUT_S
+        while _building(folder) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    if gch.exists():
+        return header
+    if (folder / "failed").exists():
+        notes.append(f"no precompiled header (building it failed; see {folder / 'failed'})")
+    else:
+        notes.append("precompiled torch header being built for the next builds")
+    return None
+
+
+def _building(folder: Path) -> bool:
+    """A PCH build is in progress: its marker exists and is younger than the time limit."""
+    marker = folder / "building"
+    try:
+        return time.time() - marker.stat().st_mtime < PCH_TIMEOUT_S + 60
+    except FileNotFoundError:
+        return False
+
+
+def _start_pch_build(folder: Path, command: list[str]) -> None:
+    """Compile the header in its own session (the evaluation's process group is killed when
+    the evaluation ends); write to a temporary name and rename, so a .gch is always whole."""
+    tmp, gch = folder / (PCH_HEADER + ".gch.tmp"), folder / (PCH_HEADER + ".gch")
+    marker = folder / "building"
+    marker.write_text(str(time.time()))
+    q = {name: shlex.quote(str(path)) for name, path in
+         (("tmp", tmp), ("gch", gch), ("log", folder / "log"), ("failed", folder / "failed"), ("marker", marker))}
+    compile_cmd = shlex.join([*command, "-o", str(tmp)])
+    script = (f"timeout {PCH_TIMEOUT_S} {compile_cmd} > {q['log']} 2>&1 && mv {q['tmp']} {q['gch']}"
+              f" || cp {q['log']} {q['failed']}; rm -f {q['marker']}")
+    subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+_IDENTITIES: dict[str, str] = {}
+
+
+def _compiler_identity(cxx: str) -> str:
+    if cxx not in _IDENTITIES:
+        try:
+            out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        _IDENTITIES[cxx] = out.strip()
+    return _IDENTITIES[cxx]
+
+
+def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any]) -> Callable[..., Any]:
+    """A stand-in for torch's `_run_ninja_build` that tries the faster build first."""
+
+    def run(build_directory: str, verbose: bool, error_prefix: str) -> Any:
+        build_dir = Path(build_directory)
+        ninja = build_dir / "build.ninja"
+        plain = ninja.read_text()
+        notes: list[str] = []
+        fast = accelerate(plain, build_dir, notes)
+        record["notes"] = notes
+        record["mode"] = "fast" if fast != plain else "plain"
+        ninja.write_text(fast)
+        if "torch-free CUDA unit" not in notes:
+            return original(build_directory, verbose, error_prefix)
+        try:
+            return original(build_directory, verbose, error_prefix)
+        except RuntimeError as exc:
+            lines = [ln for ln in str(exc).splitlines() if "error" in ln.lower()]
+            record["fast_error"] = (lines[0] if lines else str(exc).splitlines()[0])[:300]
+        # The CUDA unit decides with load_inline's own cuda.cu (it may have relied on a
+        # declaration the torch header brings in); main.o, unchanged, is not rebuilt.
+        retry_notes: list[str] = []
+        ninja.write_text(accelerate(plain, build_dir, retry_notes, torch_free=False))
+        record["notes"] = [*retry_notes, "torch-free CUDA unit failed; built with the torch header"]
+        return original(build_directory, verbose, error_prefix)
+
+    return run

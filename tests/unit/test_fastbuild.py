@@ -1,0 +1,145 @@
+"""The faster build path (harness/fastbuild.py): same code, built faster, never a false verdict.
+
+CPU tests build real extensions through the evaluator; the CUDA-unit tests run real nvcc on
+load_inline's own build.ninja (compile steps only: the CPU torch here has no CUDA libraries
+to link against, so the full CUDA build is covered by the gpu tests)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PROBLEMS, fast_options
+from sources import candidate_source
+
+from kcoder.harness import evaluate, fastbuild
+from kcoder.harness.build import cache_root
+
+NVCC = "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else shutil.which("nvcc")
+
+
+def test_leading_torch_includes_stop_at_the_first_other_line():
+    source = ("#include <torch/extension.h>\n\n// the stream\n#include <c10/cuda/CUDAStream.h>\n"
+              "#include <vector>\n#include <ATen/ATen.h>\nint x;\n")
+    assert fastbuild.leading_torch_includes(source) == [
+        "#include <torch/extension.h>", "#include <c10/cuda/CUDAStream.h>"]
+    assert fastbuild.leading_torch_includes("#define X 1\n#include <torch/extension.h>\n") == []
+
+
+@pytest.mark.parametrize("code, free", [
+    ("__global__ void k(float* x) { x[0] = 1.0f; }", True),
+    ("#include <torch/extension.h>\n__global__ void k() {}", False),
+    ("void f(at::Tensor t);", False),
+    ("#define CHECK(x) TORCH_CHECK(x)", False),
+    ("c10::cuda::getCurrentCUDAStream();", False),
+    ("int attribute; // 'at' inside words is fine", True),
+])
+def test_torch_free_cuda_detection(code, free):
+    implicit = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+    assert fastbuild.torch_free_cuda(implicit + code) is free
+    assert fastbuild.torch_free_cuda(code) is False  # no_implicit_headers: nothing to leave out
+
+
+def test_accelerate_rewrites_only_the_cuda_unit_and_keeps_line_numbers(tmp_path, monkeypatch):
+    monkeypatch.setenv("KCODER_PCH", "off")
+    cu = tmp_path / "cuda.cu"
+    cu.write_text("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n__global__ void k() {}\n")
+    (tmp_path / "main.cpp").write_text("#include <torch/extension.h>\nint f();\n")
+    ninja = (f"cxx = c++\ncflags = -O2\nrule compile\n  command = $cxx $cflags -c $in -o $out\n"
+             f"build main.o: compile {tmp_path / 'main.cpp'}\nbuild cuda.cuda.o: cuda_compile {cu}\n")
+    notes: list[str] = []
+    fast = fastbuild.accelerate(ninja, tmp_path, notes)
+    assert f"cuda_compile {tmp_path / fastbuild.FAST_CUDA_SOURCE}\n" in fast and "cflags = -O2\n" in fast
+    assert notes == ["torch-free CUDA unit"]
+    fast_cu = (tmp_path / fastbuild.FAST_CUDA_SOURCE).read_text().split("\n")
+    assert len(fast_cu) == len(cu.read_text().split("\n")) and "torch/types.h" not in fast_cu[0]
+    assert fast_cu[3] == "__global__ void k() {}"
+
+
+def _testlib_variant(tag: str) -> str:
+    """A candidate with its own build (a distinct comment) and the test library's flags."""
+    return candidate_source("return _ext.scale_add_relu(x, y, self.scale)").replace(
+        "cpp_sources=[", f"cpp_sources=['// {tag}\\n' + ", 1)
+
+
+@pytest.mark.slow
+def test_precompiled_header_build_is_correct_and_plain_build_still_passes(tmp_path, monkeypatch):
+    candidate = tmp_path / "model_new.py"
+    candidate.write_text(_testlib_variant("fastbuild-pch"))
+    monkeypatch.setenv("KCODER_PCH", "wait")  # build the header now if no earlier test started it
+    fast = evaluate(PROBLEMS / "scale_add.py", candidate, fast_options(stop_after="verify"))
+    assert fast.correct, fast.reason
+    note = next(n for n in fast.notes if n.startswith("extension "))
+    assert "fast build" in note and "precompiled torch header" in note, note
+    # The compiler really reads the .gch (an unusable one would be skipped silently).
+    build_dir = next(d for d in (cache_root() / "build").glob("kcoder_testlib-*")
+                     if "// fastbuild-pch" in (d / "main.cpp").read_text())
+    variables = fastbuild.parse_ninja_variables((build_dir / "build.ninja").read_text())
+    shown = subprocess.run([variables["cxx"], *variables["cflags"].split(), "-H", "-fsyntax-only",
+                            str(build_dir / "main.cpp")], capture_output=True, text=True)
+    assert any(line.startswith("! ") and line.endswith(".gch") for line in shown.stderr.splitlines()), \
+        shown.stderr[:2000]
+
+    plain = evaluate(PROBLEMS / "scale_add.py", candidate, fast_options(stop_after="verify", fast_build=False))
+    assert plain.correct, plain.reason
+    plain_note = next(n for n in plain.notes if n.startswith("extension "))
+    assert "built" in plain_note and "plain build" in plain_note and "precompiled" not in plain_note, plain_note
+
+
+def _compile_objects_only(build_directory: str, verbose: bool, error_prefix: str) -> None:
+    """Stand-in for torch's ninja step: compile both units, skip the link (no CUDA libs here)."""
+    result = subprocess.run(["ninja", "-v", "main.o", "cuda.cuda.o"], cwd=build_directory,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{error_prefix}: {result.stdout}")
+    raise _Compiled()
+
+
+class _Compiled(Exception):
+    pass
+
+
+def _cuda_build(tmp_path: Path, monkeypatch, cuda_source: str) -> tuple[dict, Path]:
+    """Run kcoder's load_inline wrapper on a CUDA extension up to its object files."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from kcoder.harness import build
+
+    monkeypatch.setenv("KCODER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KCODER_PCH", "off")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parent.parent))
+    monkeypatch.setattr(cpp_extension, "_run_ninja_build", _compile_objects_only)
+    monkeypatch.setattr(build, "BUILD_RECORDS", [])
+    load_inline = build.make_load_inline(cpp_extension.load_inline, fast=True)
+    with pytest.raises(build.BuildError, match="_Compiled|compile"):
+        load_inline(name="fastcu", cpp_sources="int64_t launch(int64_t n);", cuda_sources=cuda_source,
+                    functions=None)
+    record = build.BUILD_RECORDS[-1]
+    return record, Path(record["dir"])
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_torch_free_cuda_unit_compiles_without_the_torch_header(tmp_path, monkeypatch):
+    code = ("#include <cuda_runtime.h>\n#include <cstdint>\n__global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n"
+            "int64_t launch(int64_t n) { k<<<1, 32>>>(nullptr); return n; }\n")
+    record, build_dir = _cuda_build(tmp_path, monkeypatch, code)
+    assert record["mode"] == "fast" and "torch-free CUDA unit" in record["notes"], record
+    assert (build_dir / "cuda.cuda.o").exists()
+    assert fastbuild.FAST_CUDA_SOURCE in (build_dir / "build.ninja").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_cuda_unit_that_needed_the_torch_header_is_built_with_it(tmp_path, monkeypatch):
+    # std::vector comes in through torch/types.h: without it nvcc fails, and kcoder must not
+    # turn that into a compile error the plain build would not give.
+    code = "int64_t launch(int64_t n) { std::vector<int64_t> v(3, n); return v[1]; }\n"
+    record, build_dir = _cuda_build(tmp_path, monkeypatch, code)
+    assert "vector" in record.get("fast_error", ""), record
+    assert "torch-free CUDA unit failed; built with the torch header" in record["notes"]
+    assert (build_dir / "cuda.cuda.o").exists()
+    assert fastbuild.FAST_CUDA_SOURCE not in (build_dir / "build.ninja").read_text()
+
