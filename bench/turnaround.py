@@ -9,6 +9,10 @@ Columns (seconds of the evaluator's build stage, i.e. until the first input coul
                 per flag set (the header is then built in the background for later builds)
   kcoder cold   fresh build directory, precompiled header present (every later candidate)
   kcoder warm   the same candidate evaluated again (nothing rebuilt)
+  next turn     the candidate with its kernel source edited (a comment added), as an agent's
+                next turn changes it: the unchanged binding object is reused, not recompiled
+Below the table, the compile steps of the plain and the kcoder cold build (from ninja's log)
+show where a cold build's time goes.
 Each kcoder cold build is also verified (5 input sets), so a fast build that produced a wrong
 module would show as a failure, not as a speed.
 """
@@ -43,6 +47,30 @@ def build_seconds(problem: Path, candidate: Path, device: str, cache: Path, *, f
     return verdict.seconds.get("build", float("nan")), wall, note
 
 
+def next_turn_copy(candidate: Path, folder: Path) -> Path:
+    """The candidate with a comment added to its kernel source (CUDA_SOURCE, else CPP_SOURCE)."""
+    text = candidate.read_text()
+    marker = 'CUDA_SOURCE = r"""' if 'CUDA_SOURCE = r"""' in text else 'CPP_SOURCE = r"""'
+    if marker not in text:
+        raise SystemExit(f"{candidate}: no {marker} string to edit for the next-turn build")
+    edited = folder / f"next_turn_{candidate.parent.name}.py"
+    edited.write_text(text.replace(marker, marker + "\n// the agent's next turn\n", 1))
+    return edited
+
+
+def compile_steps(cache: Path) -> dict[str, float]:
+    """Seconds of each step of the newest build under `cache`, from ninja's own log."""
+    logs = sorted((cache / "build").glob("*/.ninja_log"), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return {}
+    steps = {}
+    for line in logs[-1].read_text().splitlines()[1:]:
+        start, end, _, output, *_ = line.split("\t")
+        kind = "link" if output.endswith(".so") else Path(output).name
+        steps[kind] = (int(end) - int(start)) / 1000
+    return steps
+
+
 def wait_for_headers(folder: Path, limit_s: float = 900.0) -> float:
     """Wait until no precompiled header under `folder` is still being built; seconds waited."""
     started = time.perf_counter()
@@ -69,8 +97,9 @@ def main() -> None:
         problem = ROOT / "examples" / name / "model.py"
         candidate = ROOT / "examples" / name / f"solution_{args.device}.py"
         plain, _, _ = build_seconds(problem, candidate, args.device, work / f"plain-{name}", fast=False)
+        plain_steps = compile_steps(work / f"plain-{name}")
         # kcoder's own cache lives on across examples (as it does for a user); only the
-        # candidate's build directory is removed before a cold build.
+        # candidate's build directories are removed before a cold build.
         kcache = work / "kcoder"
         first, _, _ = build_seconds(problem, candidate, args.device, work / f"first-{name}", fast=True)
         waited = wait_for_headers(work / f"first-{name}" / "pch")
@@ -80,22 +109,31 @@ def main() -> None:
                 entry.rename(kcache / "pch" / entry.name)
         shutil.rmtree(work / f"first-{name}", ignore_errors=True)
         shutil.rmtree(work / f"plain-{name}", ignore_errors=True)
-        shutil.rmtree(kcache / "build", ignore_errors=True)
+        for folder in ("build", "objects"):
+            shutil.rmtree(kcache / folder, ignore_errors=True)
         cold, _, note = build_seconds(problem, candidate, args.device, kcache, fast=True, stop_after="verify")
+        cold_steps = compile_steps(kcache)
         warm, warm_wall, _ = build_seconds(problem, candidate, args.device, kcache, fast=True)
-        rows.append((name, plain, first, cold, warm, warm_wall, note))
+        turn, _, turn_note = build_seconds(problem, next_turn_copy(candidate, work), args.device, kcache,
+                                           fast=True, stop_after="verify")
+        rows.append((name, plain, first, cold, warm, warm_wall, turn, plain_steps, cold_steps))
         print(f"{name}: plain cold {plain:.1f} s, kcoder first {first:.1f} s (header ready {waited:.1f} s later), "
-              f"kcoder cold {cold:.1f} s, "
-              f"warm {warm:.2f} s | {note}", flush=True)
+              f"kcoder cold {cold:.1f} s, warm {warm:.2f} s, next turn {turn:.1f} s\n  {note}\n  {turn_note}",
+              flush=True)
     print()
     header = (f"{'example':<20}{'plain cold':>11}{'kc first':>10}{'kc cold':>9}{'kc warm':>9}"
-              f"{'warm eval':>11}{'plain/kc cold':>15}")
+              f"{'warm eval':>11}{'next turn':>11}{'plain/kc cold':>15}{'plain/turn':>12}")
     print(header)
     print("-" * len(header))
-    for name, plain, first, cold, warm, warm_wall, _ in rows:
+    for name, plain, first, cold, warm, warm_wall, turn, _, _ in rows:
         print(f"{name:<20}{plain:>10.1f}s{first:>9.1f}s{cold:>8.1f}s{warm:>8.2f}s{warm_wall:>10.1f}s"
-              f"{plain / cold:>14.1f}x")
+              f"{turn:>10.1f}s{plain / cold:>14.1f}x{plain / turn:>11.1f}x")
     print("(warm eval: wall time of a whole build-only evaluation, worker start and torch import included)")
+    print("\ncompile steps, seconds (plain cold | kcoder cold); the two units compile in parallel")
+    for name, *_, plain_steps, cold_steps in rows:
+        cells = [f"{step} {plain_steps.get(step, float('nan')):.1f} | {cold_steps.get(step, 0.0):.1f}"
+                 for step in sorted(plain_steps)]
+        print(f"  {name:<20}" + ",  ".join(cells))
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,5 +1,7 @@
 """Shared fixtures. Tests share one kcoder build cache per run so each distinct kernel
-source is compiled once (a cold CPU build costs ~30-60 s on two cores)."""
+source is compiled once (a cold CPU build costs ~30-60 s on two cores). The cache is a fresh
+directory, never the user's ~/.cache/kcoder, so no run sees builds a previous run left;
+KCODER_TEST_CACHE names a directory to keep between local runs instead."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,8 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 os.environ["NO_PROXY"] = "127.0.0.1,localhost," + os.environ.get("NO_PROXY", "")
 os.environ["no_proxy"] = os.environ["NO_PROXY"]
+# Before any test builds: the CLI subprocesses inherit it as well.
+os.environ["KCODER_CACHE"] = os.environ.get("KCODER_TEST_CACHE") or tempfile.mkdtemp(prefix="kcoder-test-cache-")
 
 
 def fast_options(**overrides):

@@ -8,9 +8,14 @@ _CANDIDATE_CUDA = """\
 The candidate is ONE self-contained Python file, model_new.py, defining
 `class ModelNew(nn.Module)` with the same constructor arguments as the reference Model.
 It builds its kernels at import time with
-`torch.utils.cpp_extension.load_inline(name=..., cpp_sources=[<C++ declarations>],
+`torch.utils.cpp_extension.load_inline(name=..., cpp_sources=[<torch binding>],
 cuda_sources=[<CUDA kernels and launchers>], functions=[...], extra_cuda_cflags=["-O3"])`
-and forward() calls them. Launch on the current stream; never create streams or threads."""
+and forward() calls them. Keep torch out of cuda_sources: kernels plus launchers that take raw
+pointers, sizes and a cudaStream_t and return cudaError_t; cpp_sources holds the binding (checks,
+device guard, allocation, the current stream, C10_CUDA_CHECK on the launcher's result).
+kcoder then builds that CUDA unit without the torch headers and reuses the unchanged binding
+between turns (seconds instead of a minute), and the file still builds with plain load_inline.
+Launch on the current stream; never create streams or threads."""
 
 _CANDIDATE_CPU = """\
 The target device is the CPU. The candidate is ONE self-contained Python file, model_new.py,

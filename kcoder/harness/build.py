@@ -145,7 +145,8 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
         key = _build_key({**params, "kcoder_fast_build": fast})
         base = re.sub(r"\W", "_", str(params["name"]))[:40] or "ext"
         build_dir = cache_root() / "build" / f"{base}-{key[:16]}"
-        params["name"] = f"{base}_{key[:10]}"
+        # The module keeps the candidate's own name (as plain load_inline builds it), so an
+        # unchanged binding unit compiles to the same object every turn and can be reused.
         params["build_directory"] = str(build_dir)
         params["verbose"] = False
         record: dict[str, Any] = {"name": base, "dir": str(build_dir), "mode": "plain", "notes": []}

@@ -11,6 +11,10 @@ compile steps run, never what they compile:
   When the candidate's CUDA code never names torch, ATen or c10, that line is blanked (line
   numbers unchanged) and nvcc skips the torch headers, which are nearly all of its time.
 
+- Each compiled object is kept in a cache keyed by its compiler, flags, torch version and the
+  exact text of its source file, so the next turn of an agent, which usually changes only
+  the kernels, links the unchanged binding object instead of compiling main.cpp again.
+
 If the build with a torch-free CUDA unit fails for any reason, it runs again with load_inline's
 own cuda.cu (the precompiled header stays: it cannot change what main.cpp means), so a
 candidate's verdict and its compiler messages are those of plain load_inline.
@@ -23,6 +27,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -31,6 +36,7 @@ from typing import Any
 
 PCH_HEADER = "kcoder_pch.h"
 FAST_CUDA_SOURCE = "kcoder_fast.cu"
+REUSED_PREFIX = "# kcoder reused: "
 PCH_TIMEOUT_S = 900
 
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11)/[^>"]+[>"]\s*$')
@@ -38,6 +44,10 @@ _IMPLICIT_CUDA_HEADERS = ["#include <torch/types.h>", "#include <cuda.h>", "#inc
 # Any of these in the candidate's CUDA code means it may need the torch headers.
 _USES_TORCH = re.compile(r"\b(torch|ATen|c10|pybind11|Python\.h|at::|TORCH_\w*|AT_\w*|C10_\w*|PYBIND11_\w*|Tensor)")
 _EXTENSION_NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
+_COMPILE_EDGE = re.compile(r"^build (\S+): (compile|cuda_compile) (\S+)\n", re.M)
+# The variables each compile rule's command reads.
+_RULE_VARIABLES = {"compile": ("cxx", "cflags", "post_cflags"),
+                   "cuda_compile": ("nvcc", "cuda_cflags", "cuda_post_cflags")}
 
 
 def parse_ninja_variables(text: str) -> dict[str, str]:
@@ -185,21 +195,90 @@ def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any]) -> C
         plain = ninja.read_text()
         notes: list[str] = []
         fast = accelerate(plain, build_dir, notes)
-        record["notes"] = notes
         record["mode"] = "fast" if fast != plain else "plain"
-        ninja.write_text(fast)
-        if "torch-free CUDA unit" not in notes:
-            return original(build_directory, verbose, error_prefix)
         try:
-            return original(build_directory, verbose, error_prefix)
+            return _build_reusing_objects(original, build_dir, fast, notes, record, verbose, error_prefix)
         except RuntimeError as exc:
-            lines = [ln for ln in str(exc).splitlines() if "error" in ln.lower()]
+            if "torch-free CUDA unit" not in notes:
+                raise
+            # The compiler's own diagnostic, not torch's "Error building extension" banner.
+            lines = [ln for ln in str(exc).splitlines()
+                     if re.search(r"\berror\b", ln) and not ln.startswith(("Error building", "FAILED:", "["))]
             record["fast_error"] = (lines[0] if lines else str(exc).splitlines()[0])[:300]
         # The CUDA unit decides with load_inline's own cuda.cu (it may have relied on a
-        # declaration the torch header brings in); main.o, unchanged, is not rebuilt.
+        # declaration the torch header brings in); main.o, unchanged, is not compiled again.
         retry_notes: list[str] = []
-        ninja.write_text(accelerate(plain, build_dir, retry_notes, torch_free=False))
-        record["notes"] = [*retry_notes, "torch-free CUDA unit failed; built with the torch header"]
-        return original(build_directory, verbose, error_prefix)
+        retry = accelerate(plain, build_dir, retry_notes, torch_free=False)
+        retry_notes.append("torch-free CUDA unit failed; built with the torch header")
+        return _build_reusing_objects(original, build_dir, retry, retry_notes, record, verbose, error_prefix)
 
     return run
+
+
+def _build_reusing_objects(original: Callable[..., Any], build_dir: Path, ninja_text: str, notes: list[str],
+                           record: dict[str, Any], verbose: bool, error_prefix: str) -> Any:
+    """Run torch's ninja step on `ninja_text` with cached objects in place of their compiles."""
+    ninja_text, to_store = reuse_objects(ninja_text, build_dir, notes)
+    record["notes"] = notes
+    (build_dir / "build.ninja").write_text(ninja_text)
+    result = original(str(build_dir), verbose, error_prefix)
+    store_objects(build_dir, to_store)
+    return result
+
+
+def object_key(ninja_text: str, rule: str, source: Path) -> str | None:
+    """Content key of one compile step, or None when its inputs are not all visible here.
+
+    The key covers the compiler and its version, every flag of the rule (so the precompiled
+    header, the arch and the extension name are in it), torch's version (its headers) and the
+    source text. User include paths (-I) could change a header behind the key: not cached.
+    """
+    import torch
+
+    variables = parse_ninja_variables(ninja_text)
+    compiler, *flag_names = _RULE_VARIABLES[rule]
+    flags = " ".join(variables.get(name, "") for name in flag_names)
+    if re.search(r"(^|\s)-I", flags) or compiler not in variables or not source.exists():
+        return None
+    # Resolved include folders: /usr/local/cuda may point at a new toolkit tomorrow.
+    folders = [os.path.realpath(f) for f in re.findall(r"-isystem\s+(\S+)", flags)]
+    material = "\n".join([variables[compiler], _compiler_identity(variables[compiler]), flags, *folders,
+                          torch.__version__, source.read_text()])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def reuse_objects(ninja_text: str, build_dir: Path, notes: list[str]) -> tuple[str, dict[str, Path]]:
+    """Take already-compiled objects from the cache; return the ninja text without their compile
+    steps and {object: cache path} for the objects this build compiles and should keep."""
+    from kcoder.harness.build import cache_root
+
+    folder = cache_root() / "objects"
+    text, to_store, reused = ninja_text, {}, []
+    for output, rule, source in _COMPILE_EDGE.findall(ninja_text):
+        key = object_key(ninja_text, rule, Path(source))
+        if key is None:
+            continue
+        cached = folder / f"{key}.o"
+        if cached.exists():
+            shutil.copyfile(cached, build_dir / output)
+            # No build step left for it: ninja links the copied object as a source file. The
+            # step stays as a comment for tools that recompile it (the profiler's ptxas report).
+            edge = f"build {output}: {rule} {source}\n"
+            text = text.replace(edge, REUSED_PREFIX + edge, 1)
+            reused.append(output)
+        else:
+            to_store[output] = cached
+    if reused:
+        notes.append("reused " + ", ".join(reused))
+    return text, to_store
+
+
+def store_objects(build_dir: Path, to_store: dict[str, Path]) -> None:
+    """Keep this build's objects for later builds (written whole, then renamed into place)."""
+    for output, cached in to_store.items():
+        built = build_dir / output
+        if built.exists():
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".tmp{os.getpid()}")
+            shutil.copyfile(built, tmp)
+            tmp.replace(cached)

@@ -215,6 +215,7 @@ def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, tmp: 
                         report.roofline[k.id] = point
                 if k.unusable:
                     report.notes.append(f"kernel #{k.id}: ncu gave n/a or NaN for {', '.join(k.unusable)}")
+            _measure_alongside(report, job, tmp, options, cwd)
             return
         message = outcome.message or "ncu failed"
         if run_result.get("error"):
@@ -227,6 +228,17 @@ def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, tmp: 
         report.exit_code = 1
         return
     report.mode, report.timeline = "timeline", timeline.get("timeline", [])
+
+
+def _measure_alongside(report: ProfileReport, job: Path, tmp: Path, options: ProfileOptions, cwd: Path) -> None:
+    """ncu's durations come from replays; the same forward's device time measured without the
+    profiler (torch.profiler, L2 flushed) shows whether they describe the real run."""
+    timeline, res = _run_target("timeline", job, tmp, options.timeline_timeout_s, cwd)
+    report.seconds["measured"] = res.seconds
+    if timeline.get("error"):
+        report.notes.append(f"device time without ncu not measured: {timeline['error']}")
+    else:
+        report.timeline = timeline.get("timeline", [])
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -132,6 +132,24 @@ def forward_line(report: ProfileReport) -> str | None:
     return line
 
 
+def timeline_title(report: ProfileReport) -> str:
+    if report.mode == "ncu":
+        return "measured without ncu (torch.profiler, L2 flushed, per forward)"
+    return "kernel timeline (torch.profiler, per forward; no hardware counters)"
+
+
+def measured_line(report: ProfileReport) -> str | None:
+    """ncu's summed kernel time against the same forward's device time measured without it."""
+    if report.mode != "ncu" or not report.timeline or not report.kernels:
+        return None
+    ncu_ns = sum(k.duration_ns or 0.0 for k in report.kernels)
+    measured_ns = 1e3 * sum(t["us_per_forward"] for t in report.timeline)
+    if not ncu_ns or not measured_ns:
+        return None
+    return (f"ncu kernel time {_us(ncu_ns)} vs {_us(measured_ns)} measured without ncu "
+            f"({100 * (ncu_ns / measured_ns - 1):+.0f}%)")
+
+
 def _header(report: ProfileReport) -> list[str]:
     where = report.device_name or "no GPU"
     lines = [f"profile ({report.mode}) of {report.candidate} on {where}"]
@@ -173,8 +191,8 @@ def summary_text(report: ProfileReport, full: bool = False, max_chars: int = SUM
         body.append(f"{short_name(t['name'])}: {t['us_per_forward']:.1f} us per forward "
                     f"({t['calls_per_forward']:g} call(s), {t['us_per_call']:.1f} us each)")
     if report.timeline:
-        body.insert(0, "kernel timeline (torch.profiler; no hardware counters):")
-    tail = [s for s in [forward_line(report)] if s] + compiler_lines(report, limit=8)
+        body.insert(len(body) - min(len(report.timeline), 12), timeline_title(report) + ":")
+    tail = [s for s in [forward_line(report), measured_line(report)] if s] + compiler_lines(report, limit=8)
     text = "\n".join(lines + body + tail)
     return text if len(text) <= max_chars else text[: max_chars - 40] + "\n[... summary truncated]"
 
@@ -211,16 +229,16 @@ def render(report: ProfileReport, console: Any, full: bool = False) -> None:
                 for line in details:
                     console.print(Text(line))
     if report.timeline:
-        table = Table(title="kernel timeline (torch.profiler, per forward)", title_justify="left")
+        table = Table(title=timeline_title(report), title_justify="left")
         for col in ("kernel", "us / forward", "calls", "us / call"):
             table.add_column(col, justify="left" if col == "kernel" else "right")
         for t in report.timeline:
             table.add_row(short_name(t["name"], 80), f"{t['us_per_forward']:.1f}", f"{t['calls_per_forward']:g}",
                           f"{t['us_per_call']:.1f}")
         console.print(table)
-    line = forward_line(report)
-    if line:
-        console.print(Text(line))
+    for line in (forward_line(report), measured_line(report)):
+        if line:
+            console.print(Text(line))
     c = report.compiler
     if c and c.kernels:
         table = Table(title=f"compiler resources ({c.kernels[0].source}{', cached' if c.cached else ''})",

@@ -201,15 +201,46 @@ def run_under_ncu(t: Target) -> None:
 
 
 def run_timeline(t: Target) -> None:
-    """Per-kernel device time over a few forwards, from torch.profiler (CUPTI activity)."""
+    """Per-kernel device time over a few forwards, from torch.profiler (CUPTI activity).
+
+    The L2 is flushed before each forward, as the evaluator's timing and ncu's replays do, so
+    these times are comparable with both. The flush's own kernels are profiled alone first and
+    subtracted by name (a candidate may launch a kernel of the same name itself).
+    """
     _ready_on_gpu(t)
+    torch = t.torch
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    flush = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.float32, device="cuda")
+    repeat = max(1, int(t.job.get("repeat", 5)))
+    flushes = _kernel_times(torch, repeat, flush.zero_)
+
+    def flushed_forward() -> None:
+        flush.zero_()
+        t.forward()
+
+    kernels = _kernel_times(torch, repeat, flushed_forward)
+    for name, own in flushes.items():
+        if name in kernels:
+            kernels[name] = {k: kernels[name][k] - own[k] for k in own}
+    kernels = {name: v for name, v in kernels.items() if v["calls"] > 0}
+    t.result["timeline"] = [{"name": name, "calls_per_forward": v["calls"] / repeat,
+                             "us_per_forward": max(0.0, v["total_us"] / repeat),
+                             "us_per_call": max(0.0, v["total_us"] / v["calls"])}
+                            for name, v in sorted(kernels.items(), key=lambda kv: -kv[1]["total_us"])]
+    t.result["forwards"] = repeat
+    t.result["ok"] = True
+
+
+def _kernel_times(torch: Any, repeat: int, step: Any) -> dict[str, dict[str, float]]:
+    """{kernel name: {calls, total_us}} of the device work `step` launches, run `repeat` times."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    repeat = max(1, int(t.job.get("repeat", 5)))
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(repeat):
-            t.forward()
+            step()
+        torch.cuda.synchronize()
     kernels: dict[str, dict[str, float]] = {}
     for event in prof.events():
         if event.device_type != DeviceType.CUDA:
@@ -217,12 +248,7 @@ def run_timeline(t: Target) -> None:
         entry = kernels.setdefault(event.name, {"calls": 0, "total_us": 0.0})
         entry["calls"] += 1
         entry["total_us"] += float(event.time_range.elapsed_us())
-    t.result["timeline"] = [{"name": name, "calls_per_forward": v["calls"] / repeat,
-                             "us_per_forward": v["total_us"] / repeat,
-                             "us_per_call": v["total_us"] / max(1, v["calls"])}
-                            for name, v in sorted(kernels.items(), key=lambda kv: -kv[1]["total_us"])]
-    t.result["forwards"] = repeat
-    t.result["ok"] = True
+    return kernels
 
 
 MODES = {"prepare": run_prepare, "run": run_under_ncu, "timeline": run_timeline}

@@ -205,7 +205,8 @@ def nvcc_command(build_dir: Path, out_obj: Path) -> list[str] | None:
     if not ninja.exists():
         return None
     text = ninja.read_text(errors="replace")
-    m = re.search(r"^build \S+: cuda_compile (\S+)", text, re.M)
+    # A step whose object kcoder took from its cache is kept as a comment (fastbuild.py).
+    m = re.search(r"^(?:# kcoder reused: )?build \S+: cuda_compile (\S+)", text, re.M)
     if not m:
         return None
     env = _ninja_vars(text)

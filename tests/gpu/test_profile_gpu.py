@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from conftest import ROOT, fast_options, run_kcoder
+from conftest import ROOT, run_kcoder
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -51,28 +51,29 @@ def test_every_example_has_kernel_rows_and_roofline(example):
 
 @pytest.mark.parametrize("name", MEMORY_BOUND)
 def test_memory_bound_traffic_consistent_with_measured_time(name):
-    from kcoder.harness import evaluate
-
-    example = ROOT / "examples" / name
-    data, _ = _profile(example)
+    # ncu's DRAM bytes over the forward's device time measured without ncu (the profile's own
+    # torch.profiler pass, L2 flushed) must agree with ncu's own bytes over its own durations,
+    # and neither may beat the measured copy bandwidth.
+    data, _ = _profile(ROOT / "examples" / name)
     assert data["mode"] == "ncu", data["messages"]
-    verdict = evaluate(example / "model.py", example / "solution_cuda.py",
-                       fast_options(device="cuda", timing_budget_s=1.0, min_rounds=20, compile_baseline=False))
-    assert verdict.correct, verdict.reason
+    assert data["timeline"], data["notes"]
     dram = sum(k["dram_bytes"] for k in data["kernels"])
     ncu_ns = sum(k["duration_ns"] for k in data["kernels"])
+    measured_ns = 1e3 * sum(t["us_per_forward"] for t in data["timeline"])
     main = max(data["kernels"], key=lambda k: k["duration_ns"])
     copy_bw = data["limits"]["copy_bytes_per_s"]
-    ncu_bw, measured_bw = dram / (ncu_ns * 1e-9), dram / (verdict.candidate_us * 1e-6)
-    print(f"\nMEMORY {name}: DRAM {dram / 1e6:.2f} MB (min {data['min_bytes'] / 1e6:.2f} MB), "
-          f"ncu {ncu_ns / 1e3:.1f} us -> {ncu_bw / 1e12:.2f} TB/s; "
-          f"measured {verdict.candidate_us:.1f} us -> {measured_bw / 1e12:.2f} TB/s; "
+    ncu_bw, measured_bw = dram / (ncu_ns * 1e-9), dram / (measured_ns * 1e-9)
+    print(f"\nMEMORY {name}: DRAM {dram / 1e6:.2f} MB (problem moves >= {data['min_bytes'] / 1e6:.2f} MB), "
+          f"ncu {ncu_ns / 1e3:.1f} us -> {ncu_bw / 1e12:.2f} TB/s ({100 * ncu_bw / copy_bw:.0f}% of copy); "
+          f"measured {measured_ns / 1e3:.1f} us -> {measured_bw / 1e12:.2f} TB/s ({100 * measured_bw / copy_bw:.0f}%); "
           f"copy ceiling {copy_bw / 1e12:.2f} TB/s; main kernel {main['roofline']['bound']} "
           f"{main['roofline']['limit_pct']:.0f}%")
     assert main["roofline"]["bound"] == "memory"
-    assert abs(dram / data["min_bytes"] - 1) < 0.10, "DRAM bytes far from the bytes the problem must move"
     assert abs(ncu_bw / measured_bw - 1) < 0.10, "ncu's traffic per time disagrees with the measured time"
-    assert measured_bw <= 1.10 * copy_bw
+    assert measured_bw <= 1.10 * copy_bw and ncu_bw <= 1.10 * copy_bw
+    # Outputs still dirty in the 60 MB L2 when a kernel ends are written back after it, so DRAM
+    # bytes may fall short of what the problem moves; they can never exceed it by much.
+    assert 0.5 * data["min_bytes"] <= dram <= 1.10 * data["min_bytes"]
 
 
 def test_without_ncu_falls_back_to_timeline():

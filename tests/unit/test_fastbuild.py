@@ -88,20 +88,51 @@ def test_precompiled_header_build_is_correct_and_plain_build_still_passes(tmp_pa
     assert "built" in plain_note and "plain build" in plain_note and "precompiled" not in plain_note, plain_note
 
 
+@pytest.mark.slow
+def test_unchanged_unit_is_linked_from_the_object_cache_in_a_new_build(tmp_path, monkeypatch):
+    candidate = tmp_path / "model_new.py"
+    candidate.write_text(_testlib_variant("fastbuild-pch"))  # the build the test above made, if it ran
+    monkeypatch.setenv("KCODER_PCH", "wait")
+    first = evaluate(PROBLEMS / "scale_add.py", candidate, fast_options(stop_after="build"))
+    assert first.compiled, first.reason
+    for build_dir in (cache_root() / "build").glob("kcoder_testlib-*"):
+        if "// fastbuild-pch" in (build_dir / "main.cpp").read_text():
+            shutil.rmtree(build_dir)  # as if the next candidate had its own build directory
+
+    again = evaluate(PROBLEMS / "scale_add.py", candidate, fast_options(stop_after="verify"))
+    assert again.correct, again.reason
+    note = next(n for n in again.notes if n.startswith("extension "))
+    assert "built" in note and "reused main.o" in note, note
+    build_dir = next(d for d in (cache_root() / "build").glob("kcoder_testlib-*")
+                     if "// fastbuild-pch" in (d / "main.cpp").read_text())
+    assert "\n# kcoder reused: build main.o:" in (build_dir / "build.ninja").read_text()
+
+
+def test_object_key_follows_flags_source_and_include_paths(tmp_path):
+    source = tmp_path / "main.cpp"
+    source.write_text("int f() { return 1; }\n")
+    ninja = "cxx = c++\ncflags = -O2 -isystem /usr/include\npost_cflags = -fPIC\n"
+    key = fastbuild.object_key(ninja, "compile", source)
+    assert key and key == fastbuild.object_key(ninja, "compile", source)
+    assert fastbuild.object_key(ninja.replace("-O2", "-O3"), "compile", source) != key
+    assert fastbuild.object_key(ninja.replace("-fPIC", "-fPIC -DX"), "compile", source) != key
+    source.write_text("int f() { return 2; }\n")
+    assert fastbuild.object_key(ninja, "compile", source) != key
+    # A user include folder may hold headers the key cannot see: such units are never reused.
+    assert fastbuild.object_key(ninja.replace("-O2", "-O2 -I/home/me/inc"), "compile", source) is None
+
+
 def _compile_objects_only(build_directory: str, verbose: bool, error_prefix: str) -> None:
-    """Stand-in for torch's ninja step: compile both units, skip the link (no CUDA libs here)."""
+    """Stand-in for torch's ninja step: compile both units, skip the link (no CUDA libs here);
+    torch's import of the missing module then fails, which kcoder reports as a build error."""
     result = subprocess.run(["ninja", "-v", "main.o", "cuda.cuda.o"], cwd=build_directory,
                             capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{error_prefix}: {result.stdout}")
-    raise _Compiled()
 
 
-class _Compiled(Exception):
-    pass
-
-
-def _cuda_build(tmp_path: Path, monkeypatch, cuda_source: str) -> tuple[dict, Path]:
+def _cuda_build(tmp_path: Path, monkeypatch, cuda_source: str,
+                cpp_source: str = "int64_t launch(int64_t n);") -> tuple[dict, Path]:
     """Run kcoder's load_inline wrapper on a CUDA extension up to its object files."""
     import torch.utils.cpp_extension as cpp_extension
 
@@ -113,10 +144,13 @@ def _cuda_build(tmp_path: Path, monkeypatch, cuda_source: str) -> tuple[dict, Pa
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(Path(NVCC).resolve().parent.parent))
     monkeypatch.setattr(cpp_extension, "_run_ninja_build", _compile_objects_only)
     monkeypatch.setattr(build, "BUILD_RECORDS", [])
+    # Each build as in its own worker process: torch renames a second build of one name in a
+    # process (name_v1), which a fresh worker never does.
+    from torch.utils._cpp_extension_versioner import ExtensionVersioner
+    monkeypatch.setattr(cpp_extension, "JIT_EXTENSION_VERSIONER", ExtensionVersioner())
     load_inline = build.make_load_inline(cpp_extension.load_inline, fast=True)
-    with pytest.raises(build.BuildError, match="_Compiled|compile"):
-        load_inline(name="fastcu", cpp_sources="int64_t launch(int64_t n);", cuda_sources=cuda_source,
-                    functions=None)
+    with pytest.raises(build.BuildError, match="compile"):
+        load_inline(name="fastcu", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=None)
     record = build.BUILD_RECORDS[-1]
     return record, Path(record["dir"])
 
@@ -129,6 +163,24 @@ def test_torch_free_cuda_unit_compiles_without_the_torch_header(tmp_path, monkey
     assert record["mode"] == "fast" and "torch-free CUDA unit" in record["notes"], record
     assert (build_dir / "cuda.cuda.o").exists()
     assert fastbuild.FAST_CUDA_SOURCE in (build_dir / "build.ninja").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_next_turn_with_a_new_kernel_reuses_the_binding_object(tmp_path, monkeypatch):
+    cpp = "#include <torch/extension.h>\nint64_t launch(int64_t n);\nint64_t call(int64_t n) { return launch(n); }\n"
+
+    def kernel(value: str) -> str:
+        return ("#include <cstdint>\n__global__ void k(float* x) { x[0] = " + value + "; }\n"
+                "int64_t launch(int64_t n) { return n; }\n")
+
+    first, _ = _cuda_build(tmp_path, monkeypatch, kernel("1.0f"), cpp)
+    assert not any(n.startswith("reused") for n in first["notes"]), first
+    second, build_dir = _cuda_build(tmp_path, monkeypatch, kernel("2.0f"), cpp)
+    assert "reused main.o" in second["notes"], second
+    assert second["dir"] != first["dir"]
+    assert (build_dir / "main.o").read_bytes() == (Path(first["dir"]) / "main.o").read_bytes()
+    assert (build_dir / "cuda.cuda.o").exists()
 
 
 @pytest.mark.slow
