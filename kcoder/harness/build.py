@@ -149,7 +149,8 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
         # unchanged binding unit compiles to the same object every turn and can be reused.
         params["build_directory"] = str(build_dir)
         params["verbose"] = False
-        record: dict[str, Any] = {"name": base, "dir": str(build_dir), "mode": "plain", "notes": []}
+        record: dict[str, Any] = {"name": base, "dir": str(build_dir), "mode": "plain", "notes": [],
+                                  "cuda": bool(params.get("cuda_sources")), "ok": False}
         started = time.perf_counter()
         with _exclusive(build_dir):
             marker = build_dir / BUILT_MARKER
@@ -162,6 +163,7 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
                 else:
                     module = _build(original, params, fast, record, cpp_extension, fastbuild)
                     marker.write_text(json.dumps({"mode": record["mode"], "notes": record["notes"]}))
+                record["ok"] = True
             except Exception as exc:  # torch raises RuntimeError; keep any kind as a build failure
                 log = trim_compiler_output(str(exc), build_dir)
                 first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log[:200])

@@ -12,6 +12,7 @@ from typing import Any
 from kcoder.harness.ncu_parse import KernelMetrics
 from kcoder.harness.profile import ProfileReport
 from kcoder.harness.ptxas import KernelResources
+from kcoder.harness.roofline import RooflinePoint
 
 SUMMARY_CHARS = 7500
 _RULE_ORDER = {"ERR": 0, "WRN": 1, "OPT": 2, "INF": 3}
@@ -96,9 +97,21 @@ def kernel_line(report: ProfileReport, k: KernelMetrics) -> str:
             f"{occ} | {regs} | {_launch(k)}")
     if point:
         head += (f" | {_bytes(point.bytes)} DRAM, {_count(point.flops)} FLOP -> {point.describe()}")
+        if issue_bound(k, point):
+            head += (f"; but SM throughput {k.sm_pct:.0f}% exceeds DRAM {k.dram_pct:.0f}%: instruction issue "
+                     "limits it (the FLOP count sees only FFMA/FADD/FMUL, not SFU, integer or conversion work)")
     elif k.dram_bytes is not None:
         head += f" | {_bytes(k.dram_bytes)} DRAM"
     return head
+
+
+def issue_bound(k: KernelMetrics, point: RooflinePoint) -> bool:
+    """ncu's SM throughput is the busiest unit while the FLOP roofline calls the kernel memory-bound
+    or far from its compute ceiling: math the FLOP counters miss (erff, expf, division, index
+    arithmetic) is what limits it. Seen on the H200 capture of elementwise_chain: SM 72%, DRAM 44%."""
+    if k.sm_pct is None or k.dram_pct is None:
+        return False
+    return k.sm_pct > max(k.dram_pct, point.limit_pct) + 10 and k.sm_pct >= 50
 
 
 def kernel_details(report: ProfileReport, k: KernelMetrics, full: bool = False) -> list[str]:

@@ -19,7 +19,6 @@ the evaluator already built is not rebuilt here.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -33,7 +32,6 @@ from kcoder.harness.worker import first_line as _first_line
 from kcoder.harness.worker import load_module as _load_module
 
 NVTX_RANGE = "kcoder_candidate"
-RECORDED: list[dict[str, Any]] = []
 
 
 class TargetError(Exception):
@@ -42,28 +40,6 @@ class TargetError(Exception):
     def __init__(self, stage: str, reason: str, log: str = "") -> None:
         super().__init__(reason)
         self.stage, self.reason, self.log = stage, reason, log
-
-
-def install_recorder() -> None:
-    """Record each load_inline call's build directory before kcoder's wrapper is installed
-    on top, so a failed compile still leaves us build.ninja + cuda.cu for the ptxas report."""
-    import torch.utils.cpp_extension as cpp_extension
-
-    original = cpp_extension.load_inline
-    signature = inspect.signature(original)
-
-    def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        cuda = bound.arguments.get("cuda_sources")
-        RECORDED.append({"name": str(bound.arguments.get("name")), "dir": bound.arguments.get("build_directory"),
-                         "cuda": bool(cuda), "ok": False})
-        module = original(*args, **kwargs)
-        RECORDED[-1]["ok"] = True
-        return module
-
-    # A __signature__ (not __wrapped__): kcoder's wrapper must still see an unwrapped function.
-    recording_load_inline.__signature__ = signature  # type: ignore[attr-defined]
-    cpp_extension.load_inline = recording_load_inline
 
 
 def _tensors(value: Any) -> list[Any]:
@@ -103,7 +79,6 @@ class Target:
         relaxed = self.job.get("precision") == "relaxed"
         torch.backends.cuda.matmul.allow_tf32 = relaxed
         torch.backends.cudnn.allow_tf32 = relaxed
-        install_recorder()
         build.install_build_wrapper()
 
     def load(self) -> None:
@@ -122,7 +97,9 @@ class Target:
             raise TargetError("build", f"the candidate raised while loading: {_first_line(exc)}",
                               traceback.format_exc()[-3000:]) from None
         finally:
-            self.result["builds"] = RECORDED
+            # kcoder's build wrapper records every call, a failed or an already-built one too,
+            # so the ptxas report finds build.ninja and the CUDA source of each.
+            self.result["builds"] = build.BUILD_RECORDS
         self.model_cls = getattr(candidate, "ModelNew", None)
         if self.model_cls is None:
             raise TargetError("build", "the candidate defines no ModelNew")
@@ -209,13 +186,14 @@ def run_timeline(t: Target) -> None:
     """
     _ready_on_gpu(t)
     torch = t.torch
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
-    flush = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.float32, device="cuda")
+    from kcoder.harness.timing import flush_l2, l2_flush_buffer
+
+    flush = l2_flush_buffer(torch)
     repeat = max(1, int(t.job.get("repeat", 5)))
-    flushes = _kernel_times(torch, repeat, flush.zero_)
+    flushes = _kernel_times(torch, repeat, lambda: flush_l2(flush))
 
     def flushed_forward() -> None:
-        flush.zero_()
+        flush_l2(flush)
         t.forward()
 
     kernels = _kernel_times(torch, repeat, flushed_forward)

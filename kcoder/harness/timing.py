@@ -54,6 +54,19 @@ class Timings:
         return [round(lo, 4), round(hi, 4)]
 
 
+def l2_flush_buffer(torch: Any) -> Any:
+    """A zeroed buffer twice the size of the GPU's L2."""
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    return torch.zeros(max(2 * l2, 8 << 20) // 4, dtype=torch.float32, device="cuda")
+
+
+def flush_l2(buffer: Any) -> None:
+    """Evict the L2 by reading twice its size. Reading, not writing: zeroing the buffer would
+    leave the L2 full of dirty lines, and the next timed kernel would pay for writing them back
+    (ncu, which invalidates the cache before each replay, measures without that cost)."""
+    buffer.sum()
+
+
 class Clock:
     """Times one call. CUDA: events on the current stream around the call, after an L2 flush."""
 
@@ -64,8 +77,7 @@ class Clock:
         self.cuda = device == "cuda"
         self.pending: list[tuple[Any, Any]] = []
         if self.cuda:
-            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
-            self.flush_buffer = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.float32, device="cuda")
+            self.flush_buffer = l2_flush_buffer(torch)
             self.event = torch.cuda.Event
             # Keep the GPU busy for ~50 us before each timed call, so the host's launch
             # overhead (Python, guards of torch.compile, pybind) overlaps it and every
@@ -83,7 +95,7 @@ class Clock:
     def call(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[Any, Callable[[], float]]:
         """Run fn(*inputs) timed; return its output and a function giving the time in us."""
         if self.cuda:
-            self.flush_buffer.zero_()
+            flush_l2(self.flush_buffer)
             self.gpu_sleep(self.sleep_cycles)
             start, end = self.event(enable_timing=True), self.event(enable_timing=True)
             start.record()
