@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/solution_cuda.py") if not p.parent.name.startswith("_"))
-MEMORY_BOUND = ["mse_loss", "elementwise_chain"]
+MEMORY_BOUND = ["mse_loss", "softmax_rows"]  # elementwise_chain is issue-bound (SM 72%, DRAM 44%)
 
 
 def _profile(example, *extra: str) -> tuple[dict, float]:
