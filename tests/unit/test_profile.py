@@ -76,7 +76,8 @@ def test_details_page_rules_and_metrics():
     k0, k1 = parse_details(DETAILS.read_text())
     assert k0.name.startswith("void sqdiff_partial_kernel<1>(") and k0.mangled is None
     assert k0.duration_ns == pytest.approx(33376) and k0.registers == 40 and k0.block_threads == 256
-    assert k0.dram_read_bytes == pytest.approx(134.23e6, rel=1e-3) and k0.dram_write_bytes == pytest.approx(2.56e6, rel=1e-2)
+    assert k0.dram_read_bytes == pytest.approx(134.23e6, rel=1e-3)
+    assert k0.dram_write_bytes == pytest.approx(2.56e6, rel=1e-2)
     assert [r.name for r in k0.rules] == ["SOLBottleneck", "CPIStall", "CPIStall", "CPIStall", "LaunchConfiguration",
                                           "TheoreticalOccupancy"]
     cpi = k0.rules[2]
