@@ -120,6 +120,16 @@ def _workers() -> list[int]:
 
 
 def test_ctrl_c_cancels_a_hanging_evaluation_and_the_chat_goes_on(scripted, problem, tmp_path):
+    # Build the spinning candidate's extension first (the run's cache may be cold), so Ctrl-C
+    # lands while verification spins in C++, not while the extension compiles.
+    from conftest import fast_options
+
+    from kcoder.harness import evaluate
+
+    prebuilt = tmp_path / "prebuild" / "model_new.py"
+    prebuilt.parent.mkdir()
+    prebuilt.write_text(SPIN)
+    assert evaluate(problem, prebuilt, fast_options(stop_after="build")).compiled
     server = scripted([
         reply("Writing and verifying.", call("write_file", path="model_new.py", content=SPIN),
               call("verify")),
