@@ -21,6 +21,7 @@ module would show as a failure, not as a speed.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -123,7 +124,7 @@ def main() -> None:
         turn, _, turn_note = build_seconds(problem, next_turn_copy(candidate, work), args.device, kcache,
                                            fast=True, stop_after="verify")
         rows.append((name, plain, first, cold, warm, warm_wall, turn, plain_steps, cold_steps))
-        firsts = f"kcoder first {first:.1f} s (header ready {waited:.1f} s later), " if first == first else ""
+        firsts = f"kcoder first {first:.1f} s (header ready {waited:.1f} s later), " if not math.isnan(first) else ""
         print(f"{name}: plain cold {plain:.1f} s, {firsts}"
               f"kcoder cold {cold:.1f} s, warm {warm:.2f} s, next turn {turn:.1f} s\n  {note}\n  {turn_note}",
               flush=True)
@@ -133,7 +134,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for name, plain, first, cold, warm, warm_wall, turn, _, _ in rows:
-        first_cell = f"{first:>9.1f}s" if first == first else f"{'-':>10}"  # NaN: not measured
+        first_cell = f"{first:>9.1f}s" if not math.isnan(first) else f"{'-':>10}"  # NaN: not measured
         print(f"{name:<20}{plain:>10.1f}s{first_cell}{cold:>8.1f}s{warm:>8.2f}s{warm_wall:>10.1f}s"
               f"{turn:>10.1f}s{plain / cold:>14.1f}x{plain / turn:>11.1f}x")
     print("(warm eval: wall time of a whole build-only evaluation, worker start and torch import included)")

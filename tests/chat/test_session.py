@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 from agent.llm_server import call, reply
+from conftest import fast_options
 from sources import candidate_source
+
+from kcoder.harness import evaluate
 
 from .driver import drive, enter
 
@@ -122,10 +125,6 @@ def _workers() -> list[int]:
 def test_ctrl_c_cancels_a_hanging_evaluation_and_the_chat_goes_on(scripted, problem, tmp_path):
     # Build the spinning candidate's extension first (the run's cache may be cold), so Ctrl-C
     # lands while verification spins in C++, not while the extension compiles.
-    from conftest import fast_options
-
-    from kcoder.harness import evaluate
-
     prebuilt = tmp_path / "prebuild" / "model_new.py"
     prebuilt.parent.mkdir()
     prebuilt.write_text(SPIN)
