@@ -11,13 +11,18 @@ compile steps run, never what they compile:
   When the candidate's CUDA code never names torch, ATen or c10, that line is blanked (line
   numbers unchanged) and nvcc skips the torch headers, which are nearly all of its time.
 
+- A binding that names nothing of torch's C++ frontend (torch::nn, optim, data, ...) is
+  compiled with torch/extension.h's other headers only (lightheader.py says when that is
+  safe); GCC instantiates every template the included headers use, so this is most of what
+  a binding unit costs even with a .gch.
 - Each compiled object is kept in a cache keyed by its compiler, flags, torch version and the
   exact text of its source file, so the next turn of an agent, which usually changes only
   the kernels, links the unchanged binding object instead of compiling main.cpp again.
 
-If the build with a torch-free CUDA unit fails for any reason, it runs again with load_inline's
-own cuda.cu (the precompiled header stays: it cannot change what main.cpp means), so a
-candidate's verdict and its compiler messages are those of plain load_inline.
+If a build with a torch-free CUDA unit or the light header fails for any reason, it runs again
+with load_inline's own main.cpp and cuda.cu (a precompiled full header stays: it cannot change
+what main.cpp means), so a candidate's verdict and its compiler messages are those of plain
+load_inline.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from kcoder.harness import lightheader
 
 PCH_HEADER = "kcoder_pch.h"
 FAST_CUDA_SOURCE = "kcoder_fast.cu"
@@ -83,23 +90,17 @@ def torch_free_cuda(cuda_text: str) -> bool:
     return _USES_TORCH.search("\n".join(lines[3:])) is None
 
 
-def accelerate(ninja_text: str, build_dir: Path, notes: list[str], torch_free: bool = True) -> str:
+def accelerate(ninja_text: str, build_dir: Path, notes: list[str], torch_free: bool = True,
+               light: bool = True) -> str:
     """Return the faster build.ninja text (or the same text when nothing applies).
 
-    torch_free: also compile a torch-free cuda.cu without the implicit torch header."""
+    torch_free: also compile a torch-free cuda.cu without the implicit torch header.
+    light: compile a binding that needs none of the C++ frontend with the light torch header."""
     variables = parse_ninja_variables(ninja_text)
     text = ninja_text
     main_cpp = build_dir / "main.cpp"
     if "build main.o: compile" in text and main_cpp.exists() and "cxx" in variables:
-        includes = leading_torch_includes(main_cpp.read_text())
-        if includes:
-            flags = [f for f in variables.get("cflags", "").split() if not _EXTENSION_NAME_FLAG.match(f)]
-            flags += variables.get("post_cflags", "").split()
-            header = ensure_pch(variables["cxx"], flags, includes, notes)
-            if header is not None:
-                text = re.sub(r"^cflags = (.*)$", lambda m: f"cflags = {m.group(1)} -include {header}",
-                              text, count=1, flags=re.M)
-                notes.append("precompiled torch header")
+        text = _accelerate_binding(text, variables, main_cpp, notes, light)
     cuda = build_dir / "cuda.cu"
     if torch_free and cuda.exists() and torch_free_cuda(cuda.read_text()):
         lines = cuda.read_text().split("\n")
@@ -112,41 +113,104 @@ def accelerate(ninja_text: str, build_dir: Path, notes: list[str], torch_free: b
     return text
 
 
-def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]) -> Path | None:
-    """The force-include header whose .gch holds `includes` compiled with `flags`, if built.
+def _accelerate_binding(text: str, variables: dict[str, str], main_cpp: Path, notes: list[str],
+                        light: bool) -> str:
+    """main.o with the light header when it applies (see lightheader), else with the full
+    header precompiled once it is built."""
+    main_text = main_cpp.read_text()
+    includes = leading_torch_includes(main_text)
+    if not includes:
+        return text
+    cxx = variables["cxx"]
+    flags = [f for f in variables.get("cflags", "").split() if not _EXTENSION_NAME_FLAG.match(f)]
+    flags += variables.get("post_cflags", "").split()
+    block = _light_block(cxx, flags, includes, main_text, notes) if light else None
+    if block is not None:
+        header, ready = ensure_pch(cxx, flags, block, notes)
+        light_main = main_cpp.with_name(lightheader.LIGHT_MAIN_SOURCE)
+        light_main.write_text(lightheader.rewrite_main(main_text, includes))
+        text = text.replace(f"build main.o: compile {main_cpp}\n", f"build main.o: compile {light_main}\n")
+        notes.append("light torch header" + (", precompiled" if ready else ""))
+    else:
+        header, ready = ensure_pch(cxx, flags, includes, notes)
+        if not ready:
+            return text
+        notes.append("precompiled torch header")
+    return re.sub(r"^cflags = (.*)$", lambda m: f"cflags = {m.group(1)} -include {header}", text, count=1, flags=re.M)
+
+
+def _light_block(cxx: str, flags: list[str], includes: list[str], main_text: str, notes: list[str]) -> list[str] | None:
+    """The include block with torch/extension.h's light part in its place, when the binding
+    can use it; None means the full header."""
+    if os.environ.get("KCODER_LIGHT_HEADER") == "off" or includes[0] != lightheader.EXTENSION_INCLUDE:
+        return None
+    light = lightheader.light_includes(_include_dirs(flags))
+    if not light:
+        return None
+    from kcoder.harness.build import cache_root
+
+    folder = lightheader.tokens_folder(cache_root(), cxx, _compiler_identity(cxx), flags, light,
+                                       _torch_identity(flags))
+    # Once per compiler, flags and torch (about 3 s on 2 cores); a build then saves more than that.
+    full_only = lightheader.full_only_tokens(folder, cxx, flags, light)
+    if full_only is None:
+        return None
+    name = lightheader.blocking_name(main_text, full_only)
+    if name is not None:
+        notes.append(f"full torch header ({name})")
+        return None
+    return light + [line for line in includes if line != lightheader.EXTENSION_INCLUDE and line not in light]
+
+
+def _include_dirs(flags: list[str]) -> list[str]:
+    return re.findall(r"(?:^|\s)-(?:isystem|I)\s*(\S+)", " ".join(flags))
+
+
+def _torch_identity(flags: list[str]) -> str:
+    """torch's version and where its headers really are: a header compiled for one torch
+    must never be force-included into a build against another."""
+    import torch
+
+    return "\n".join([torch.__version__, *(os.path.realpath(d) for d in _include_dirs(flags))])
+
+
+def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]) -> tuple[Path, bool]:
+    """The force-include header of `includes` and whether its .gch (compiled with `flags`) is built.
 
     GCC uses a .gch only when the flags match the ones it was built with, so the key is the
-    whole flag list (include paths, -O level, -fPIC, -std, ...) plus the compiler's identity.
-    A missing header is built by a detached compiler while this build goes on without it
-    (building one costs more than the compile it saves, so the first build with new flags is
-    never slower than plain); KCODER_PCH=wait waits for it instead, KCODER_PCH=off never uses one.
-    Returns None, and says why in `notes`, when there is no usable header yet.
+    whole flag list (include paths, -O level, -fPIC, -std, ...) plus the compiler's identity
+    and torch's. A missing .gch is built by a detached compiler while this build goes on
+    without it (building one costs more than the compile it saves, so the first build with new
+    flags is never slower than plain); KCODER_PCH=wait waits for it instead, KCODER_PCH=off
+    never builds one. The header text itself is always written: it can be included as it is.
     """
     from kcoder.harness.build import cache_root
 
     policy = os.environ.get("KCODER_PCH", "background")
-    if policy == "off":
-        return None
-    material = "\n".join([cxx, _compiler_identity(cxx), *flags, "--", *includes])
+    material = "\n".join([cxx, _compiler_identity(cxx), *flags, "--", *includes, _torch_identity(flags)])
     folder = cache_root() / "pch" / hashlib.sha256(material.encode()).hexdigest()[:20]
     header, gch = folder / PCH_HEADER, folder / (PCH_HEADER + ".gch")
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not gch.exists() and not (folder / "failed").exists() and not _building(folder):
+        if not header.exists():
             header.write_text("\n".join(includes) + "\n")
+        missing = not gch.exists() and not (folder / "failed").exists() and not _building(folder)
+        if policy != "off" and missing:
             _start_pch_build(folder, [cxx, "-x", "c++-header", *flags, str(header)])
+    if policy == "off":
+        return header, False
     if policy == "wait":
         deadline = time.monotonic() + PCH_TIMEOUT_S
         while _building(folder) and time.monotonic() < deadline:
             time.sleep(0.2)
     if gch.exists():
-        return header
+        return header, True
     if (folder / "failed").exists():
         notes.append(f"no precompiled header (building it failed; see {folder / 'failed'})")
     else:
         notes.append("precompiled torch header being built for the next builds")
-    return None
+    return header, False
 
 
 def _building(folder: Path) -> bool:
@@ -187,32 +251,58 @@ def _compiler_identity(cxx: str) -> str:
 
 
 def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any]) -> Callable[..., Any]:
-    """A stand-in for torch's `_run_ninja_build` that tries the faster build first."""
+    """A stand-in for torch's `_run_ninja_build` that tries the faster build first.
+
+    A unit that fails in its faster form is built again from load_inline's own source (it may
+    rely on a declaration only the full torch headers bring in); a unit that compiled stays
+    as it was, so a kernel's compile error does not cost the binding's compile twice."""
 
     def run(build_directory: str, verbose: bool, error_prefix: str) -> Any:
         build_dir = Path(build_directory)
-        ninja = build_dir / "build.ninja"
-        plain = ninja.read_text()
-        notes: list[str] = []
-        fast = accelerate(plain, build_dir, notes)
-        record["mode"] = "fast" if fast != plain else "plain"
-        try:
-            return _build_reusing_objects(original, build_dir, fast, notes, record, verbose, error_prefix)
-        except RuntimeError as exc:
-            if "torch-free CUDA unit" not in notes:
-                raise
-            # The compiler's own diagnostic, not torch's "Error building extension" banner.
-            lines = [ln for ln in str(exc).splitlines()
-                     if re.search(r"\berror\b", ln) and not ln.startswith(("Error building", "FAILED:", "["))]
-            record["fast_error"] = (lines[0] if lines else str(exc).splitlines()[0])[:300]
-        # The CUDA unit decides with load_inline's own cuda.cu (it may have relied on a
-        # declaration the torch header brings in); main.o, unchanged, is not compiled again.
-        retry_notes: list[str] = []
-        retry = accelerate(plain, build_dir, retry_notes, torch_free=False)
-        retry_notes.append("torch-free CUDA unit failed; built with the torch header")
-        return _build_reusing_objects(original, build_dir, retry, retry_notes, record, verbose, error_prefix)
+        plain = (build_dir / "build.ninja").read_text()
+        fallbacks: list[str] = []
+        forms = {"light": True, "torch_free": True}
+        while True:
+            notes: list[str] = []
+            text = accelerate(plain, build_dir, notes, **forms)
+            if not fallbacks:  # the first attempt says how the build went
+                record["mode"] = "fast" if text != plain else "plain"
+            try:
+                return _build_reusing_objects(original, build_dir, text, notes + fallbacks, record,
+                                              verbose, error_prefix)
+            except RuntimeError as exc:
+                failed = _failed_fast_forms(str(exc), notes)
+                if not failed:
+                    raise
+                record.setdefault("fast_error", _first_diagnostic(str(exc)))
+                for form in failed:
+                    forms[form] = False
+                    fallbacks.append(_FALLBACK_NOTES[form])
 
     return run
+
+
+_FORM_OUTPUT = {"light": "main.o", "torch_free": "cuda.cuda.o"}
+_FALLBACK_NOTES = {"light": "light torch header failed; built with the full torch header",
+                   "torch_free": "torch-free CUDA unit failed; built with the torch header"}
+
+
+def _failed_fast_forms(error: str, notes: list[str]) -> list[str]:
+    """The faster forms this failed build used whose unit failed (every one used when ninja
+    names no unit, as after a link error). Empty: the failure is load_inline's own."""
+    used = [form for form, note in (("light", "light torch header"), ("torch_free", "torch-free CUDA unit"))
+            if any(n.startswith(note) for n in notes)]
+    failed = set(re.findall(r"^FAILED: (?:\[code=\d+\] )?(\S+)", error, re.M))
+    if not failed or not failed <= set(_FORM_OUTPUT.values()):
+        return used
+    return [form for form in used if _FORM_OUTPUT[form] in failed]
+
+
+def _first_diagnostic(error: str) -> str:
+    """The compiler's own diagnostic, not torch's "Error building extension" banner."""
+    lines = [ln for ln in error.splitlines()
+             if re.search(r"\berror\b", ln) and not ln.startswith(("Error building", "FAILED:", "["))]
+    return (lines[0] if lines else error.splitlines()[0])[:300]
 
 
 def _build_reusing_objects(original: Callable[..., Any], build_dir: Path, ninja_text: str, notes: list[str],

@@ -6,15 +6,17 @@ to link against, so the full CUDA build is covered by the gpu tests)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
 from conftest import PROBLEMS, fast_options
 from sources import candidate_source
 
-from kcoder.harness import evaluate, fastbuild
+from kcoder.harness import evaluate, fastbuild, lightheader
 from kcoder.harness.build import cache_root
 
 NVCC = "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else shutil.which("nvcc")
@@ -58,6 +60,54 @@ def test_accelerate_rewrites_only_the_cuda_unit_and_keeps_line_numbers(tmp_path,
     assert fast_cu[3] == "__global__ void k() {}"
 
 
+def test_light_header_is_extensions_own_list_without_the_cpp_frontend():
+    from torch.utils.cpp_extension import include_paths
+
+    light = lightheader.light_includes(include_paths())
+    assert light, "this torch's extension.h is expected to be all.h + python.h"
+    assert "#include <torch/types.h>" in light and "#include <torch/csrc/utils/pybind.h>" in light
+    for frontend in ("torch/nn.h", "torch/optim.h", "torch/data.h", "torch/serialize.h", "torch/nn/module.h"):
+        assert f"#include <{frontend}>" not in light
+    assert len(light) == len(set(light))
+    assert lightheader.light_includes(["/nonexistent"]) is None
+
+
+def test_rewrite_main_blanks_only_the_leading_extension_includes():
+    main = "#include <torch/extension.h>\n\n#include <torch/extension.h>\nint f();\n#include <torch/extension.h>\n"
+    block = fastbuild.leading_torch_includes(main)
+    out = lightheader.rewrite_main(main, block).split("\n")
+    assert len(out) == len(main.split("\n"))
+    assert [line for line in out if "torch/extension.h>" in line and line.startswith("#")] == [
+        "#include <torch/extension.h>"]  # the one after code stays: it is not force-included
+    assert out[3] == "int f();"
+
+
+@pytest.mark.parametrize("code, blocked", [
+    ("torch::Tensor f(torch::Tensor x) { return x.relu(); }", None),
+    ("auto y = torch::nn::functional::relu(x);", "nn::"),
+    ("using namespace torch; auto o = optim :: SGD(p, 0.1);", "optim::"),
+    ("TORCH_MODULE(Net);", "TORCH_MODULE"),
+    ("torch::OrderedDict<std::string, int> d;", "OrderedDict"),
+    ("int data = x.data_ptr<float>() != nullptr;", None),  # a word, not the namespace
+])
+def test_blocking_name_finds_what_only_the_full_header_declares(code, blocked):
+    full_only = {"TORCH_MODULE", "OrderedDict", "Sequential"}
+    assert lightheader.blocking_name(code, full_only) == blocked
+
+
+def test_full_only_tokens_come_from_the_real_headers(tmp_path):
+    from torch.utils.cpp_extension import include_paths
+
+    dirs = [*include_paths(), sysconfig.get_paths()["include"]]
+    flags = [f for d in dirs for f in ("-isystem", d)] + ["-std=c++17", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    light = lightheader.light_includes(dirs)
+    tokens = lightheader.full_only_tokens(tmp_path, "c++", flags, light)
+    assert tokens, (tmp_path / "log").read_text() if (tmp_path / "log").exists() else "no tokens"
+    # The frontend's own names and macros; nothing the light header also has.
+    assert {"TORCH_MODULE", "Sequential", "Adam"} <= tokens
+    assert not {"Tensor", "empty_like", "TORCH_CHECK", "PYBIND11_MODULE", "size"} & tokens
+
+
 def _testlib_variant(tag: str) -> str:
     """A candidate with its own build (a distinct comment) and the test library's flags."""
     return candidate_source("return _ext.scale_add_relu(x, y, self.scale)").replace(
@@ -72,13 +122,17 @@ def test_precompiled_header_build_is_correct_and_plain_build_still_passes(tmp_pa
     fast = evaluate(PROBLEMS / "scale_add.py", candidate, fast_options(stop_after="verify"))
     assert fast.correct, fast.reason
     note = next(n for n in fast.notes if n.startswith("extension "))
-    assert "fast build" in note and "precompiled torch header" in note, note
+    # The test library names nothing of torch's C++ frontend: the light header applies.
+    assert "fast build" in note and "light torch header, precompiled" in note, note
     # The compiler really reads the .gch (an unusable one would be skipped silently).
     build_dir = next(d for d in (cache_root() / "build").glob("kcoder_testlib-*")
                      if "// fastbuild-pch" in (d / "main.cpp").read_text())
-    variables = fastbuild.parse_ninja_variables((build_dir / "build.ninja").read_text())
+    ninja = (build_dir / "build.ninja").read_text()
+    variables = fastbuild.parse_ninja_variables(ninja)
+    source = re.search(r"^build main\.o: compile (\S+)$", ninja, re.M).group(1)
+    assert source.endswith(lightheader.LIGHT_MAIN_SOURCE), source
     shown = subprocess.run([variables["cxx"], *variables["cflags"].split(), "-H", "-fsyntax-only",
-                            str(build_dir / "main.cpp")], capture_output=True, text=True)
+                            source], capture_output=True, text=True)
     assert any(line.startswith("! ") and line.endswith(".gch") for line in shown.stderr.splitlines()), \
         shown.stderr[:2000]
 
@@ -106,6 +160,44 @@ def test_unchanged_unit_is_linked_from_the_object_cache_in_a_new_build(tmp_path,
     build_dir = next(d for d in (cache_root() / "build").glob("kcoder_testlib-*")
                      if "// fastbuild-pch" in (d / "main.cpp").read_text())
     assert "\n# kcoder reused: build main.o:" in (build_dir / "build.ninja").read_text()
+
+
+@pytest.mark.slow
+def test_binding_that_needs_the_cpp_frontend_unseen_is_built_with_the_full_header(tmp_path, monkeypatch):
+    # The frontend type is spelled through token pasting, so the name check cannot see it:
+    # the light build fails, and kcoder must build it as plain load_inline does, not fail it.
+    cpp = ("#define JOIN(a, b) a##b\n"
+           "int64_t frontend_size() { torch::JOIN(n, n)::JOIN(Seq, uential) s; return (int64_t)s->size() + 7; }\n")
+    import torch.utils.cpp_extension as cpp_extension
+    from torch.utils._cpp_extension_versioner import ExtensionVersioner
+
+    from kcoder.harness import build
+
+    monkeypatch.setattr(cpp_extension, "JIT_EXTENSION_VERSIONER", ExtensionVersioner())
+    load_inline = build.make_load_inline(cpp_extension.load_inline, fast=True)
+    module = load_inline(name="lightfallback", cpp_sources=cpp, functions=["frontend_size"])
+    assert module.frontend_size() == 7
+    record = build.BUILD_RECORDS[-1]
+    assert "light torch header failed; built with the full torch header" in record["notes"], record
+    assert "uential" in record.get("fast_error", "") or "Sequential" in record.get("fast_error", ""), record
+    ninja = (Path(record["dir"]) / "build.ninja").read_text()
+    assert f"compile {Path(record['dir']) / 'main.cpp'}\n" in ninja
+
+
+def test_binding_naming_the_frontend_is_not_given_the_light_header(tmp_path, monkeypatch):
+    from torch.utils.cpp_extension import include_paths
+
+    monkeypatch.setenv("KCODER_PCH", "off")
+    dirs = [*include_paths(), sysconfig.get_paths()["include"]]
+    cflags = " ".join(f"-isystem {d}" for d in dirs) + " -std=c++17"
+    ninja = f"cxx = c++\ncflags = {cflags}\nrule compile\n  command = $cxx $cflags -c $in -o $out\n" \
+            f"build main.o: compile {tmp_path / 'main.cpp'}\n"
+    for code, light in (("auto y = torch::nn::functional::relu(x);", False), ("auto y = x.relu();", True)):
+        (tmp_path / "main.cpp").write_text(f"#include <torch/extension.h>\nvoid f(torch::Tensor x) {{ {code} }}\n")
+        notes: list[str] = []
+        text = fastbuild.accelerate(ninja, tmp_path, notes)
+        assert (lightheader.LIGHT_MAIN_SOURCE in text) is light, (code, notes)
+        assert ("full torch header (nn::)" in notes) is (not light), notes
 
 
 def test_object_key_follows_flags_source_and_include_paths(tmp_path):
