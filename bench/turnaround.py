@@ -5,10 +5,11 @@ cold and warm, side by side in one run; prints a table of seconds and ratios.
 
 Columns (seconds of the evaluator's build stage, i.e. until the first input could run):
   plain cold    fresh build directory, built exactly as plain load_inline builds it
-  kcoder first  fresh build directory and no precompiled header yet: what a user meets once
-                per flag set (the header is then built in the background for later builds);
-                measured for the first example only unless --every-first
-  kcoder cold   fresh build directory, precompiled header present (every later candidate)
+  kcoder first  empty kcoder cache: no precompiled header yet, what a user meets once per flag
+                set (the header is then built in the background for later builds); measured
+                for the first example only
+  kcoder cold   fresh build directory and object cache, precompiled header present (every
+                later candidate)
   kcoder warm   the same candidate evaluated again (nothing rebuilt)
   next turn     the candidate with its kernel source edited (a comment added), as an agent's
                 next turn changes it: the unchanged binding object is reused, not recompiled
@@ -85,8 +86,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when a GPU is present)")
     parser.add_argument("--examples", default=None, help="comma-separated example names (default: all)")
-    parser.add_argument("--every-first", action="store_true",
-                        help="measure 'kcoder first' for every example (default: the first only)")
     args = parser.parse_args()
     if args.device is None:
         import torch
@@ -105,16 +104,12 @@ def main() -> None:
         # kcoder's own cache lives on across examples (as it does for a user); only the
         # candidate's build directories are removed before a cold build.
         kcache = work / "kcoder"
-        first, waited = float("nan"), 0.0
-        if not (kcache / "pch").exists() or args.every_first:
-            # The examples share one binding include block, so one header serves them all.
-            first, _, _ = build_seconds(problem, candidate, args.device, work / f"first-{name}", fast=True)
-            waited = wait_for_headers(work / f"first-{name}" / "pch")
-            (kcache / "pch").mkdir(parents=True, exist_ok=True)
-            for entry in (work / f"first-{name}" / "pch").iterdir():
-                if not (kcache / "pch" / entry.name).exists():
-                    entry.rename(kcache / "pch" / entry.name)
-            shutil.rmtree(work / f"first-{name}", ignore_errors=True)
+        # Priming build: the first example's meets an empty kcoder cache ("kcoder first"); for
+        # the others it only makes sure their own include block's header exists, as it would
+        # for a user's later candidates.
+        primed, _, _ = build_seconds(problem, candidate, args.device, kcache, fast=True)
+        waited = wait_for_headers(kcache / "pch")
+        first = primed if not rows else float("nan")
         shutil.rmtree(work / f"plain-{name}", ignore_errors=True)
         for folder in ("build", "objects"):
             shutil.rmtree(kcache / folder, ignore_errors=True)

@@ -29,12 +29,14 @@ PY
   echo "PREBUILD seconds: $(( $(date +%s) - start ))"
   # Where the binding unit's time goes with the precompiled header (issue 7's measurements).
   python3 - <<'PY' 2>&1 | tail -25
-import glob, subprocess, sys, time
+import glob, re, subprocess, sys, time
 sys.path.insert(0, ".")
 from kcoder.harness.fastbuild import parse_ninja_variables
 d = sorted(glob.glob(".kcoder-cache/build/elementwise_chain_cuda-*"))[0]
-v = parse_ninja_variables(open(d + "/build.ninja").read())
-cmd = [v["cxx"], *v["cflags"].split(), "-c", d + "/main.cpp", "-o", "/tmp/m.o", *v.get("post_cflags", "").split()]
+ninja = open(d + "/build.ninja").read()
+v = parse_ninja_variables(ninja)
+source = re.search(r"^(?:# kcoder reused: )?build main\.o: compile (\S+)$", ninja, re.M).group(1)
+cmd = [v["cxx"], *v["cflags"].split(), "-c", source, "-o", "/tmp/m.o", *v.get("post_cflags", "").split()]
 for extra in ([], ["-ftime-report"]):
     t = time.perf_counter(); r = subprocess.run(cmd + extra, capture_output=True, text=True)
     print("main.cpp", extra, f"{time.perf_counter() - t:.2f} s rc={r.returncode}")
