@@ -149,10 +149,10 @@ def _light_block(cxx: str, flags: list[str], includes: list[str], main_text: str
         return None
     from kcoder.harness.build import cache_root
 
-    folder = lightheader.tokens_folder(cache_root(), cxx, _compiler_identity(cxx), flags, light,
+    folder = lightheader.macros_folder(cache_root(), cxx, _compiler_identity(cxx), flags, light,
                                        _torch_identity(flags))
     # Once per compiler, flags and torch (about 3 s on 2 cores); a build then saves more than that.
-    full_only = lightheader.full_only_tokens(folder, cxx, flags, light)
+    full_only = lightheader.full_only_macros(folder, cxx, flags, light)
     if full_only is None:
         return None
     name = lightheader.blocking_name(main_text, full_only)

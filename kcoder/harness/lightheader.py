@@ -11,13 +11,17 @@ The light header is exactly torch/extension.h's own include list, read from the 
 torch, without the frontend headers. It is used for a binding only when
 - the file names no frontend namespace (`nn::`, `optim::`, `data::`, `serialize::`,
   `jit::`, `python::`), and
-- the file uses no identifier (or macro) that only the full header brings in: that set is
-  the difference of the two headers' preprocessed tokens, computed once per compiler, flags
-  and torch (two preprocessor runs, about 3 s on 2 cores).
-Anything else the frontend adds (another overload of a name the light header also has) takes
-frontend types as arguments, which such a file cannot create. A build that still fails with
-the light header is built again with the full one (fastbuild's fallback), so the verdict and
-the compiler messages a user sees are those of plain load_inline.
+- the file names no macro that only the full header defines (`TORCH_MODULE`, `TORCH_ARG`,
+  ...: an `#ifdef` on one would silently read differently). That set is the difference of
+  the two headers' `-E -dD` macro definitions, found once per compiler, flags and torch (two
+  preprocessor runs, about 3 s on 2 cores).
+Any other name only the frontend declares fails to compile with the light header, and a
+build that fails with it is built again with the full one (fastbuild's fallback), so the
+verdict and the compiler messages a user sees are those of plain load_inline. What compiles
+with both reads the same: the frontend's other declarations are overloads and
+specializations for frontend types, which a file that names none of them cannot create.
+(Identifiers are not used for this: common words such as `rows` occur in frontend headers as
+parameter names and would send honest bindings to the slow path for nothing.)
 """
 
 from __future__ import annotations
@@ -33,14 +37,15 @@ from pathlib import Path
 
 EXTENSION_INCLUDE = "#include <torch/extension.h>"
 LIGHT_MAIN_SOURCE = "kcoder_light_main.cpp"
-TOKENS_FILE = "full_only_tokens.txt"
-TOKENS_TIMEOUT_S = 300
+MACROS_FILE = "full_only_macros.txt"
+MACROS_TIMEOUT_S = 300
 # The C++ frontend: every header here declares only its own namespace's names.
 FRONTEND_HEADERS = {"torch/nn.h", "torch/optim.h", "torch/data.h", "torch/serialize.h", "torch/jit.h",
                     "torch/nn/module.h"}
 _NAMES_FRONTEND = re.compile(r"\b(nn|optim|data|serialize|jit|python)\s*::")
 _INCLUDE = re.compile(r'^\s*#\s*include\s*<([^>]+)>\s*$')
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_DEFINE = re.compile(r"^#define ([A-Za-z_]\w*)", re.M)
 
 
 def light_includes(include_dirs: list[str]) -> list[str] | None:
@@ -87,58 +92,60 @@ def rewrite_main(main_text: str, block: list[str]) -> str:
 
 
 def blocking_name(main_text: str, full_only: set[str]) -> str | None:
-    """The first name in the file that needs the full header, if any."""
+    """The first name in the file that needs the full header (a frontend namespace, or a
+    macro in `full_only`), if any."""
     m = _NAMES_FRONTEND.search(main_text)
     if m:
         return m.group(0).replace(" ", "")
     return next((tok for tok in _IDENTIFIER.findall(main_text) if tok in full_only), None)
 
 
-def full_only_tokens(folder: Path, cxx: str, flags: list[str], light: list[str]) -> set[str] | None:
-    """The identifiers only the full header's preprocessed text has; computed the first time
-    (by a detached job that concurrent builds share and wait for). None if that failed."""
-    done = folder / TOKENS_FILE
+def full_only_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) -> set[str] | None:
+    """The macros only the full header defines; found the first time (by a detached job that
+    concurrent builds share and wait for). None if that failed."""
+    done = folder / MACROS_FILE
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists() and not _tokens_building(folder) and not tokens_failed(folder):
-            _start_tokens(folder, cxx, flags, light)
-    deadline = time.monotonic() + TOKENS_TIMEOUT_S
-    while not done.exists() and _tokens_building(folder) and time.monotonic() < deadline:
+        if not done.exists() and not _macros_building(folder) and not macros_failed(folder):
+            _start_macros(folder, cxx, flags, light)
+    deadline = time.monotonic() + MACROS_TIMEOUT_S
+    while not done.exists() and _macros_building(folder) and time.monotonic() < deadline:
         time.sleep(0.2)
     return set(done.read_text().split()) if done.exists() else None
 
 
-def _tokens_building(folder: Path) -> bool:
+def _macros_building(folder: Path) -> bool:
     try:
-        return time.time() - (folder / "tokens-building").stat().st_mtime < TOKENS_TIMEOUT_S + 60
+        return time.time() - (folder / "macros-building").stat().st_mtime < MACROS_TIMEOUT_S + 60
     except FileNotFoundError:
         return False
 
 
-def _start_tokens(folder: Path, cxx: str, flags: list[str], light: list[str]) -> None:
-    """Preprocess both headers and diff their identifiers, detached (like the .gch build)."""
-    done = folder / TOKENS_FILE
-    marker = folder / "tokens-building"
+def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) -> None:
+    """Preprocess both headers and diff their macro definitions, detached (like the .gch build)."""
+    done = folder / MACROS_FILE
+    marker = folder / "macros-building"
     marker.write_text(str(time.time()))
     (folder / "full.h").write_text(EXTENSION_INCLUDE + "\n")
     (folder / "light.h").write_text("\n".join(light) + "\n")
     q = {n: shlex.quote(str(folder / n)) for n in ("full.h", "light.h", "full.i", "light.i", "log",
-                                                     "tokens-failed", "tokens-building")}
+                                                     "macros-failed", "macros-building")}
     pre = shlex.join([cxx, *flags, "-E", "-dD", "-x", "c++"])
     diff = shlex.join([sys.executable, "-m", "kcoder.harness.lightheader", str(folder / "full.i"),
                        str(folder / "light.i"), str(done)])
-    script = (f"(timeout {TOKENS_TIMEOUT_S} {pre} {q['full.h']} -o {q['full.i']} &&"
-              f" timeout {TOKENS_TIMEOUT_S} {pre} {q['light.h']} -o {q['light.i']} && {diff}) > {q['log']} 2>&1"
-              f" || cp {q['log']} {q['tokens-failed']}; rm -f {q['full.i']} {q['light.i']} {q['tokens-building']}")
+    script = (f"(timeout {MACROS_TIMEOUT_S} {pre} {q['full.h']} -o {q['full.i']} &&"
+              f" timeout {MACROS_TIMEOUT_S} {pre} {q['light.h']} -o {q['light.i']} && {diff}) > {q['log']} 2>&1"
+              f" || cp {q['log']} {q['macros-failed']}; rm -f {q['full.i']} {q['light.i']} {q['macros-building']}")
     subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def tokens_failed(folder: Path) -> bool:
-    return (folder / "tokens-failed").exists()
+def macros_failed(folder: Path) -> bool:
+    return (folder / "macros-failed").exists()
 
 
-def tokens_folder(root: Path, cxx: str, identity: str, flags: list[str], light: list[str], torch_id: str) -> Path:
+def macros_folder(root: Path, cxx: str, identity: str, flags: list[str], light: list[str],
+                  torch_id: str) -> Path:
     material = "\n".join([cxx, identity, *flags, "--", *light, torch_id])
     folder = root / "light" / hashlib.sha256(material.encode()).hexdigest()[:20]
     folder.mkdir(parents=True, exist_ok=True)
@@ -146,22 +153,17 @@ def tokens_folder(root: Path, cxx: str, identity: str, flags: list[str], light: 
 
 
 def write_difference(full_i: str, light_i: str, out: str) -> None:
-    """Identifiers of the full preprocessed header (macro names included: -dD keeps the
-    #defines) that the light one lacks; written whole, then renamed into place."""
-    full, light = _tokens(Path(full_i)), _tokens(Path(light_i))
+    """Names of the macros the full preprocessed header defines and the light one does not;
+    written whole, then renamed into place."""
+    full, light = _macros(Path(full_i)), _macros(Path(light_i))
     tmp = Path(out + ".tmp")
     tmp.write_text("\n".join(sorted(full - light)) + "\n")
     tmp.replace(out)
 
 
-def _tokens(preprocessed: Path) -> set[str]:
-    """Identifiers of a `-E -dD` output; line markers (`# 12 "/path/torch/nn/..."`) name files,
-    not code, so they are skipped."""
-    found: set[str] = set()
-    for line in preprocessed.read_text(errors="replace").splitlines():
-        if not line.startswith("# "):
-            found.update(_IDENTIFIER.findall(line))
-    return found
+def _macros(preprocessed: Path) -> set[str]:
+    """Macro names of a `-E -dD` output (its `#define NAME` lines)."""
+    return set(_DEFINE.findall(preprocessed.read_text(errors="replace")))
 
 
 if __name__ == "__main__":
