@@ -148,7 +148,8 @@ def _commit_best(problem: Path, runs_dir: Path | None, resume: Path | None, out)
     try:
         result = commit_accepted(problem, root / "best" / "model_new.py", data,
                                  report_md=md.read_text() if md.exists() else None,
-                                 verdict_correct=bool(best.get("correct")))
+                                 verdict_correct=bool(best.get("correct"))
+                                 and best.get("plain_build", "verified") == "verified")
     except GitOpsError as exc:
         out.print(f"[red]error:[/] {exc}")
         return 2

@@ -152,7 +152,7 @@ def optimize(problem: Path, *, model: str | None, api_base: str | None, device: 
                           target=target)
     ws.write_report(report)
     print_summary(console, report)
-    return 0 if result.best else 1
+    return 0 if result.best and result.best.get("plain_build", "verified") == "verified" else 1
 
 
 def _workspace(problem: Path, resume: Path | None, runs_dir: Path | None) -> Workspace:
@@ -215,7 +215,9 @@ def print_summary(console: Any, report: dict[str, Any]) -> None:
 
     best = report.get("best") or {}
     ok = bool(best)
-    title = ("[green]TARGET REACHED[/]" if report["target_reached"] else
+    plain = best.get("plain_build")
+    title = ("[red]FAILS WHEN BUILT BY PLAIN load_inline[/]" if plain not in (None, "verified") else
+             "[green]TARGET REACHED[/]" if report["target_reached"] else
              "[green]VERIFIED CANDIDATE[/]" if ok else "[red]NO VERIFIED CANDIDATE[/]")
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("field", style="bold")
@@ -230,6 +232,8 @@ def print_summary(console: Any, report: dict[str, Any]) -> None:
         ("verdict", best.get("reason", "-")),
         ("vs eager", x(best.get("speedup_vs_eager"))),
         ("vs torch.compile", f"{x(best.get('speedup_vs_compile'))} (target {report['target']:.2f}x)"),
+        ("plain build", "-" if plain is None else "verified (built as plain load_inline builds it)"
+         if plain == "verified" else f"FAILED: {plain}"),
         ("model", f"{report['model']} ({report['profile']})"),
         ("turns", str(report["turns"])),
         ("tokens", f"{report['prompt_tokens']:,} in / {report['completion_tokens']:,} out"),

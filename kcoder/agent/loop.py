@@ -203,6 +203,7 @@ class Agent:
                 status, message = "interrupted", "stopped by the user (Ctrl-C)"
             if status != "interrupted":
                 self.time_best()
+                self.check_plain_build()
         finally:
             self.ws.append({"type": "end", "status": status, "message": message,
                             "turns": self.turns})
@@ -340,3 +341,23 @@ class Agent:
         obs = Observation(format_verdict(verdict), ok=verdict.correct, verdict=verdict,
                           candidate=snapshot)
         self.consider("final-timing", obs)
+
+    def check_plain_build(self) -> None:
+        """Verify the best candidate again, built exactly as plain load_inline builds it.
+
+        Every turn's build took kcoder's faster path (fastbuild); the candidate a user takes
+        away must not rest on it. The result lands in the best verdict as "plain_build":
+        "verified", or the reason it failed (then it is not committed and the run exits 1)."""
+        if not self.best or not self.best_candidate or not self.ctx.options.fast_build:
+            return
+        evaluate = self.ctx.evaluate
+        if evaluate is None:
+            from kcoder.harness import evaluate
+        self.on_event("notice", {"text": "verifying the best candidate as plain load_inline builds it"})
+        snapshot = self.ws.snapshot(self.best_candidate)
+        verdict = evaluate(self.ws.reference, snapshot,
+                           replace(self.ctx.options, stop_after="verify", fast_build=False))
+        self.ws.append({"type": "plain_build", "candidate": self.ws.relative(snapshot),
+                        "verdict": verdict.to_dict()})
+        self.best = {**self.best, "plain_build": "verified" if verdict.correct else verdict.reason}
+        self.ws.save_best(self.best_candidate, self.best)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from kcoder import ui
@@ -212,6 +213,7 @@ class Commands:
             raise ChatError("nothing accepted yet: /accept a verified candidate first")
         if not s.accepted.unchanged():
             raise ChatError(f"{s.accepted.path} changed since it was accepted; /eval and /accept again")
+        self._check_plain_build()
         report = commit_report(s.accepted, s.model or "", s.problem.stem)
         md = render_report_md(s.report(best=s.accepted.verdict, best_path=s.accepted.path))
         try:
@@ -225,6 +227,21 @@ class Commands:
         self.io.ok(f"committed {result.commit[:10]} on branch {result.branch} "
                    f"({', '.join(result.files)})")
         self.io.note(result.message.splitlines()[0])
+
+    def _check_plain_build(self) -> None:
+        """What is committed must pass when built exactly as plain load_inline builds it, not
+        only through kcoder's faster build path (checked once per accepted candidate)."""
+        s = self.session
+        if not s.options.fast_build or s.accepted.verdict.get("plain_build") == "verified":
+            return
+        verdict = s.evaluate(s.ws.reference, s.accepted.path,
+                             replace(s.options, stop_after="verify", fast_build=False))
+        s.ws.append({"type": "plain_build", "candidate": s.ws.relative(s.accepted.path),
+                     "verdict": verdict.to_dict()})
+        if not verdict.correct:
+            raise ChatError(f"not committed: built as plain load_inline builds it, the accepted candidate "
+                            f"fails ({verdict.reason})")
+        s.accepted.verdict = {**s.accepted.verdict, "plain_build": "verified"}
 
     def cmd_undo(self, arg: str) -> None:
         """Remove the last commit kcoder made (never anyone else's)."""

@@ -9,18 +9,22 @@ from kcoder.verdict import Verdict
 
 
 class FakeEvaluator:
-    """Judges by markers in the candidate text: BROKEN fails to build; 'relu' is correct;
-    `speedup` is the speed-up over torch.compile a timing run reports."""
+    """Judges by markers in the candidate text: BROKEN fails to build; FASTONLY fails to build
+    the plain load_inline way (fast_build off); 'relu' is correct; `speedup` is the speed-up
+    over torch.compile a timing run reports. `plain` lists the candidates built plainly."""
 
     def __init__(self, speedup: float = 1.2) -> None:
         self.speedup = speedup
         self.calls: list[tuple[Path, Path, str]] = []
+        self.plain: list[Path] = []
 
     def __call__(self, problem: Path, candidate: Path, options: EvalOptions) -> Verdict:
         self.calls.append((problem, candidate, options.stop_after))
         src = candidate.read_text()
         v = Verdict(problem=str(problem), candidate=str(candidate), device=options.device)
-        if "BROKEN" in src:
+        if not options.fast_build:
+            self.plain.append(candidate)
+        if "BROKEN" in src or ("FASTONLY" in src and not options.fast_build):
             return v.fail("build", "compilation failed: expected ';' before 'return'",
                           log="main.cpp:5:36: error: expected ';' before 'return'")
         v.compiled = True

@@ -105,9 +105,26 @@ def test_turn_limit_leaves_best_and_report(scripted, problem, tmp_path, api_key)
     report = report_of(run_dir)
     assert code == 0 and report["status"] == "turn_limit" and report["turns"] == 3
     assert (run_dir / "best" / "model_new.py").read_text() == GOOD
-    # The best was only verified during the run; it is timed once for the report.
-    assert fake.calls[-1][2] == "timing" and report["best"]["speedup_vs_compile"] == 0.8
+    # The best was only verified during the run; it is timed once for the report, then
+    # verified once more, built as plain load_inline builds it.
+    assert [c[2] for c in fake.calls[-2:]] == ["timing", "verify"]
+    assert report["best"]["speedup_vs_compile"] == 0.8 and report["best"]["plain_build"] == "verified"
+    assert [p.read_text() for p in fake.plain] == [GOOD]
     assert not report["target_reached"]
+
+
+def test_best_that_fails_a_plain_build_is_not_a_success(scripted, problem, tmp_path, api_key):
+    fake = FakeEvaluator()
+    server = scripted([write("# relu FASTONLY\n"), reply("", call("benchmark")), reply("", call("finish"))])
+    code, out, run_dir = run_opt(problem, server, tmp_path, evaluator=fake)
+    report = report_of(run_dir)
+    assert code == 1 and len(fake.plain) == 1
+    assert report["best"]["plain_build"].startswith("compilation failed")
+    assert "FAILS WHEN BUILT BY PLAIN load_inline" in out
+    saved = json.loads((run_dir / "best" / "verdict.json").read_text())
+    assert saved["plain_build"] == report["best"]["plain_build"]
+    records = [json.loads(line) for line in (run_dir / "trajectory.jsonl").open()]
+    assert any(r["type"] == "plain_build" and not r["verdict"]["correct"] for r in records)
 
 
 def test_stuck_on_same_failing_action(scripted, problem, tmp_path, api_key):

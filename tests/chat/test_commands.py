@@ -100,6 +100,19 @@ def test_eval_accept_and_commit_outside_git(scripted, problem, tmp_path, monkeyp
     assert run.code == 0
 
 
+def test_commit_refuses_a_candidate_that_fails_the_plain_build(scripted, problem, tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    server = scripted([reply("Here.", call("write_file", path="model_new.py", content="# relu FASTONLY\n")),
+                       reply("Good.")])
+    fake = FakeEvaluator()
+    run = drive(problem, enter("write it", "/eval", "/accept", "/commit", "/quit"), tmp_path,
+                server=server, evaluator=fake)
+    assert "CORRECT" in run.output and "accepted model_new.py" in run.output
+    assert "not committed: built as plain load_inline builds it, the accepted candidate fails" in run.output
+    assert "compilation failed" in run.output and len(fake.plain) == 1
+    assert "git repository" not in run.output  # refused before git was looked at
+
+
 def test_eval_verdict_reaches_the_model_next_turn(scripted, problem, tmp_path):
     server = scripted([reply("", call("write_file", path="model_new.py", content=GOOD)),
                        reply("Written."), reply("It passed.")])

@@ -102,6 +102,13 @@ def test_change_eval_diff_accept_commit_undo(scripted, problem, repo, tmp_path):
     assert re.search(r"^Kcoder-Reward: [123]$", message, re.MULTILINE)
     assert re.search(r"^Kcoder-Speedup-Compile: \d+\.\d\d$", message, re.MULTILINE)
     assert "Kcoder-Model: openai/scripted" in message and "Kcoder-Torch: 2." in message
+    # Before committing, the accepted bytes were verified built as plain load_inline builds them.
+    committed_report = json.loads(git(repo, "show", f"{commit}:kcoder/scale_add/report.json"))
+    assert committed_report["plain_build"] == "verified"
+    plain = [json.loads(line) for line in (run.run_dir / "trajectory.jsonl").open()
+             if json.loads(line)["type"] == "plain_build"]
+    assert len(plain) == 1 and plain[0]["verdict"]["correct"]
+    assert any("plain build" in n for n in plain[0]["verdict"]["notes"]), plain[0]["verdict"]["notes"]
     assert git(repo, "rev-parse", f"{commit}^") == before["head"]
     # ... and /undo removed it and nothing else: the user's state is byte-identical.
     assert git(repo, "for-each-ref", "refs/heads/kcoder/") == ""
