@@ -50,5 +50,6 @@ def test_scripted_run_on_cuda(scripted, problem, tmp_path, api_key):
     best = report["best"]
     assert best["device"] == "cuda" and best["correct"] and best["stage"] == "done"
     assert (run_dir / "best" / "model_new.py").read_text() == GOOD
+    assert best["plain_build"] == "verified"  # built again exactly as plain load_inline builds it
     print(f"\nAGENT-CUDA {best['device_name']}: {best['speedup_vs_eager']:.2f}x vs eager, "
           f"{best['speedup_vs_compile']:.2f}x vs compile, reward {best['reward']}")
