@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import re
 import shlex
 import subprocess
@@ -136,8 +137,11 @@ def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) ->
     script = (f"(timeout {MACROS_TIMEOUT_S} {pre} {q['full.h']} -o {q['full.i']} &&"
               f" timeout {MACROS_TIMEOUT_S} {pre} {q['light.h']} -o {q['light.i']} && {diff}) > {q['log']} 2>&1"
               f" || cp {q['log']} {q['macros-failed']}; rm -f {q['full.i']} {q['light.i']} {q['macros-building']}")
+    # The diff step imports this module: make sure it finds the same kcoder.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def macros_failed(folder: Path) -> bool:
