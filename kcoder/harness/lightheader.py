@@ -15,6 +15,9 @@ torch, without the frontend headers. It is used for a binding only when
   ...: an `#ifdef` on one would silently read differently). That set is the difference of
   the two headers' `-E -dD` macro definitions, found once per compiler, flags and torch (two
   preprocessor runs, about 3 s on 2 cores).
+- the file uses none of the few names the frontend declares directly in namespace torch, at
+  or c10 (FRONTEND_TOP_LEVEL: save, load, OrderedDict, ...), which could otherwise resolve
+  to another declaration reached through torch's using-directives.
 Any other name only the frontend declares fails to compile with the light header, and a
 build that fails with it is built again with the full one (fastbuild's fallback), so the
 verdict and the compiler messages a user sees are those of plain load_inline. What compiles
@@ -44,6 +47,12 @@ MACROS_TIMEOUT_S = 300
 FRONTEND_HEADERS = {"torch/nn.h", "torch/optim.h", "torch/data.h", "torch/serialize.h", "torch/jit.h",
                     "torch/nn/module.h"}
 _NAMES_FRONTEND = re.compile(r"\b(nn|optim|data|serialize|jit|python)\s*::")
+# What those headers declare directly in namespace torch, at or c10 (torch 2.11-2.14). A name
+# already visible there through a using-directive would be looked up differently without
+# them: `torch::load<float>(p)` finds c10::load with the light header, torch::load without.
+FRONTEND_TOP_LEVEL = {"save", "load", "pickle_save", "pickle_load", "ExpandingArray",
+                      "ExpandingArrayWithOptionalElem", "IMethod", "OrderedDict", "overloaded",
+                      "EnumType", "padding_mode", "padding_mode_string"}
 _INCLUDE = re.compile(r'^\s*#\s*include\s*<([^>]+)>\s*$')
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _DEFINE = re.compile(r"^#define ([A-Za-z_]\w*)", re.M)
@@ -98,7 +107,8 @@ def blocking_name(main_text: str, full_only: set[str]) -> str | None:
     m = _NAMES_FRONTEND.search(main_text)
     if m:
         return m.group(0).replace(" ", "")
-    return next((tok for tok in _IDENTIFIER.findall(main_text) if tok in full_only), None)
+    return next((tok for tok in _IDENTIFIER.findall(main_text) if tok in full_only or tok in FRONTEND_TOP_LEVEL),
+                None)
 
 
 def full_only_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) -> set[str] | None:

@@ -89,6 +89,7 @@ def test_rewrite_main_blanks_only_the_leading_extension_includes():
     ("TORCH_MODULE(Net);", "TORCH_MODULE"),
     ("#ifdef TORCH_ARG\nint frontend = 1;\n#endif", "TORCH_ARG"),
     ("int data = x.data_ptr<float>() != nullptr; int64_t rows = x.size(0);", None),  # words, not the namespace
+    ("float v = torch::load<float>(ptr);", "load"),  # c10::load with the light header, torch::load without
 ])
 def test_blocking_name_finds_what_only_the_full_header_declares(code, blocked):
     full_only = {"TORCH_MODULE", "TORCH_ARG"}
