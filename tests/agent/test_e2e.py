@@ -104,6 +104,7 @@ def test_compile_error_then_wrong_then_accepted(scripted, problem, tmp_path, api
     assert server.remaining == 1  # the verdict ended the run; finish was never needed
     assert report["best"]["correct"] and report["best"]["speedup_vs_compile"] is not None
     assert (run_dir / "best" / "model_new.py").read_text() == GOOD
+    assert report["best"]["plain_build"] == "verified"  # rebuilt exactly as plain load_inline builds it
     assert report["candidates_evaluated"] == 3  # broken, wrong, fixed
     assert (run_dir / "report.md").is_file()
 

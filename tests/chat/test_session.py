@@ -129,7 +129,16 @@ def _workers() -> list[int]:
     return found
 
 
-def test_ctrl_c_cancels_a_hanging_evaluation_and_the_chat_goes_on(scripted, problem, tmp_path):
+@pytest.fixture
+def terminal_sigint():
+    """SIGINT raising KeyboardInterrupt, as in a terminal. A test run started in the background
+    (`.ci/run &`) inherits SIGINT as ignored, and Python then never raises it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_cancels_a_hanging_evaluation_and_the_chat_goes_on(scripted, problem, tmp_path, terminal_sigint):
     # Build the spinning candidate's extension first (the run's cache may be cold), so Ctrl-C
     # lands while verification spins in C++, not while the extension compiles.
     prebuilt = tmp_path / "prebuild" / "model_new.py"
