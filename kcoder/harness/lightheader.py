@@ -10,11 +10,11 @@ empty file that includes torch/extension.h took 6.5 s, the same with the fronten
 The light header is exactly torch/extension.h's own include list, read from the installed
 torch, without the frontend headers. It is used for a binding only when
 - the file names no frontend namespace (`nn::`, `optim::`, `data::`, `serialize::`,
-  `jit::`, `python::`), and
+  `jit::`, `python::`);
 - the file names no macro that only the full header defines (`TORCH_MODULE`, `TORCH_ARG`,
   ...: an `#ifdef` on one would silently read differently). That set is the difference of
   the two headers' `-E -dD` macro definitions, found once per compiler, flags and torch (two
-  preprocessor runs, about 3 s on 2 cores).
+  preprocessor runs, about 3 s on 2 cores);
 - the file uses none of the few names the frontend declares directly in namespace torch, at
   or c10 (FRONTEND_TOP_LEVEL: save, load, OrderedDict, ...), which could otherwise resolve
   to another declaration reached through torch's using-directives.
@@ -23,8 +23,8 @@ build that fails with it is built again with the full one (fastbuild's fallback)
 verdict and the compiler messages a user sees are those of plain load_inline. What compiles
 with both reads the same: the frontend's other declarations are overloads and
 specializations for frontend types, which a file that names none of them cannot create.
-(Identifiers are not used for this: common words such as `rows` occur in frontend headers as
-parameter names and would send honest bindings to the slow path for nothing.)
+(Other full-only identifiers are not checked: common words such as `rows` occur in frontend
+headers as parameter names and would send honest bindings to the slow path for nothing.)
 """
 
 from __future__ import annotations
