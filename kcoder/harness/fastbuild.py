@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kcoder.harness import lightheader
+from kcoder.harness import detached, lightheader
 
 PCH_HEADER = "kcoder_pch.h"
 FAST_CUDA_SOURCE = "kcoder_fast.cu"
@@ -215,16 +215,11 @@ def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]
 
 def _building(folder: Path) -> bool:
     """A PCH build is in progress: its marker exists and is younger than the time limit."""
-    marker = folder / "building"
-    try:
-        return time.time() - marker.stat().st_mtime < PCH_TIMEOUT_S + 60
-    except FileNotFoundError:
-        return False
+    return detached.running(folder / "building", PCH_TIMEOUT_S)
 
 
 def _start_pch_build(folder: Path, command: list[str]) -> None:
-    """Compile the header in its own session (the evaluation's process group is killed when
-    the evaluation ends); write to a temporary name and rename, so a .gch is always whole."""
+    """Compile the header detached; write to a temporary name and rename, so a .gch is always whole."""
     tmp, gch = folder / (PCH_HEADER + ".gch.tmp"), folder / (PCH_HEADER + ".gch")
     marker = folder / "building"
     marker.write_text(str(time.time()))
@@ -233,8 +228,7 @@ def _start_pch_build(folder: Path, command: list[str]) -> None:
     compile_cmd = shlex.join([*command, "-o", str(tmp)])
     script = (f"timeout {PCH_TIMEOUT_S} {compile_cmd} > {q['log']} 2>&1 && mv {q['tmp']} {q['gch']}"
               f" || cp {q['log']} {q['failed']}; rm -f {q['marker']}")
-    subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    detached.spawn(script)
 
 
 _IDENTITIES: dict[str, str] = {}

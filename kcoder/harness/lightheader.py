@@ -34,10 +34,11 @@ import hashlib
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from kcoder.harness import detached
 
 EXTENSION_INCLUDE = "#include <torch/extension.h>"
 LIGHT_MAIN_SOURCE = "kcoder_light_main.cpp"
@@ -126,10 +127,7 @@ def full_only_macros(folder: Path, cxx: str, flags: list[str], light: list[str])
 
 
 def _macros_building(folder: Path) -> bool:
-    try:
-        return time.time() - (folder / "macros-building").stat().st_mtime < MACROS_TIMEOUT_S + 60
-    except FileNotFoundError:
-        return False
+    return detached.running(folder / "macros-building", MACROS_TIMEOUT_S)
 
 
 def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) -> None:
@@ -150,8 +148,7 @@ def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) ->
     # The diff step imports this module: make sure it finds the same kcoder.
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    detached.spawn(script, env)
 
 
 def macros_failed(folder: Path) -> bool:

@@ -1,0 +1,23 @@
+"""Jobs that outlive the evaluation that starts them (the .gch build, the light header's
+macro scan): the evaluation's process group is killed when it ends, so they run in their own
+session, and a marker file says one is running (trusted only while younger than its limit,
+so a job killed with the machine does not block the next one forever)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+
+def running(marker: Path, limit_s: float) -> bool:
+    try:
+        return time.time() - marker.stat().st_mtime < limit_s + 60
+    except FileNotFoundError:
+        return False
+
+
+def spawn(script: str, env: dict[str, str] | None = None) -> None:
+    """Run the shell `script` in its own session, detached from this process's terminal."""
+    subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
