@@ -44,6 +44,8 @@ from kcoder.harness import detached, lightheader
 PCH_HEADER = "kcoder_pch.h"
 FAST_CUDA_SOURCE = "kcoder_fast.cu"
 REUSED_PREFIX = "# kcoder reused: "
+# The build note each faster form leaves (the fallback reads which forms a build used from them).
+_FORM_NOTES = {"light": "light torch header", "torch_free": "torch-free CUDA unit"}
 PCH_TIMEOUT_S = 900
 
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11)/[^>"]+[>"]\s*$')
@@ -109,7 +111,7 @@ def accelerate(ninja_text: str, build_dir: Path, notes: list[str], torch_free: b
         fast_text = text.replace(f" {cuda}\n", f" {build_dir / FAST_CUDA_SOURCE}\n")
         if fast_text != text:
             text = fast_text
-            notes.append("torch-free CUDA unit")
+            notes.append(_FORM_NOTES["torch_free"])
     return text
 
 
@@ -130,7 +132,7 @@ def _accelerate_binding(text: str, variables: dict[str, str], main_cpp: Path, no
         light_main = main_cpp.with_name(lightheader.LIGHT_MAIN_SOURCE)
         light_main.write_text(lightheader.rewrite_main(main_text, includes))
         text = text.replace(f"build main.o: compile {main_cpp}\n", f"build main.o: compile {light_main}\n")
-        notes.append("light torch header" + (", precompiled" if ready else ""))
+        notes.append(_FORM_NOTES["light"] + (", precompiled" if ready else ""))
     else:
         header, ready = ensure_pch(cxx, flags, includes, notes)
         if not ready:
@@ -277,15 +279,14 @@ def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any]) -> C
 
 
 _FORM_OUTPUT = {"light": "main.o", "torch_free": "cuda.cuda.o"}
-_FALLBACK_NOTES = {"light": "light torch header failed; built with the full torch header",
-                   "torch_free": "torch-free CUDA unit failed; built with the torch header"}
+_FALLBACK_NOTES = {"light": f"{_FORM_NOTES['light']} failed; built with the full torch header",
+                   "torch_free": f"{_FORM_NOTES['torch_free']} failed; built with the torch header"}
 
 
 def _failed_fast_forms(error: str, notes: list[str]) -> list[str]:
     """The faster forms this failed build used whose unit failed (every one used when ninja
     names no unit, as after a link error). Empty: the failure is load_inline's own."""
-    used = [form for form, note in (("light", "light torch header"), ("torch_free", "torch-free CUDA unit"))
-            if any(n.startswith(note) for n in notes)]
+    used = [form for form, note in _FORM_NOTES.items() if any(n.startswith(note) for n in notes)]
     failed = set(re.findall(r"^FAILED: (?:\[code=\d+\] )?(\S+)", error, re.M))
     if not failed or not failed <= set(_FORM_OUTPUT.values()):
         return used

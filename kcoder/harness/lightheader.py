@@ -118,7 +118,7 @@ def full_only_macros(folder: Path, cxx: str, flags: list[str], light: list[str])
     done = folder / MACROS_FILE
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists() and not _macros_building(folder) and not macros_failed(folder):
+        if not done.exists() and not _macros_building(folder) and not _macros_failed(folder):
             _start_macros(folder, cxx, flags, light)
     deadline = time.monotonic() + MACROS_TIMEOUT_S
     while not done.exists() and _macros_building(folder) and time.monotonic() < deadline:
@@ -151,7 +151,7 @@ def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) ->
     detached.spawn(script, env)
 
 
-def macros_failed(folder: Path) -> bool:
+def _macros_failed(folder: Path) -> bool:
     return (folder / "macros-failed").exists()
 
 
