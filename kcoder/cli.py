@@ -134,6 +134,7 @@ def optimize_command(
 def _commit_best(problem: Path, runs_dir: Path | None, resume: Path | None, out) -> int:
     """Commit the newest run's best candidate; return 2 on a git problem (nothing is lost)."""
     from kcoder.gitops import GitOpsError, commit_accepted
+    from kcoder.verdict import plain_build_ok
 
     root = resume or max((runs_dir or problem.resolve().parent / ".kcoder" / "runs").glob(f"{problem.stem}-*"),
                          key=lambda p: p.stat().st_mtime, default=None)
@@ -148,8 +149,7 @@ def _commit_best(problem: Path, runs_dir: Path | None, resume: Path | None, out)
     try:
         result = commit_accepted(problem, root / "best" / "model_new.py", data,
                                  report_md=md.read_text() if md.exists() else None,
-                                 verdict_correct=bool(best.get("correct"))
-                                 and best.get("plain_build", "verified") == "verified")
+                                 verdict_correct=bool(best.get("correct")) and plain_build_ok(best))
     except GitOpsError as exc:
         out.print(f"[red]error:[/] {exc}")
         return 2

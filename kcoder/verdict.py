@@ -75,6 +75,11 @@ class Verdict:
         return cls(**known)
 
 
+def plain_build_ok(verdict: dict[str, Any]) -> bool:
+    """A saved verdict's "plain_build" check passed (or was never run: older runs, --plain-build)."""
+    return verdict.get("plain_build", "verified") == "verified"
+
+
 def reward_for(correct: bool, speedup_vs_eager: float | None, speedup_vs_compile: float | None) -> int:
     """CUDA Agent reward: -1 wrong; 3 if >5% faster than eager and torch.compile; 2 if >5%
     faster than eager only; 1 otherwise (correct but not meaningfully faster)."""

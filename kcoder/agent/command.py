@@ -19,6 +19,7 @@ from kcoder.agent.profiles import Profile, concrete_tool_call_mode, resolve_prof
 from kcoder.agent.skills import SkillCatalog
 from kcoder.agent.toolbox import Evaluator, Toolbox, ToolContext
 from kcoder.harness.options import EvalOptions
+from kcoder.verdict import plain_build_ok
 from kcoder.workspace import Workspace, WorkspaceError
 
 NO_MODEL_MESSAGE = """\
@@ -152,7 +153,7 @@ def optimize(problem: Path, *, model: str | None, api_base: str | None, device: 
                           target=target)
     ws.write_report(report)
     print_summary(console, report)
-    return 0 if result.best and result.best.get("plain_build", "verified") == "verified" else 1
+    return 0 if result.best and plain_build_ok(result.best) else 1
 
 
 def _workspace(problem: Path, resume: Path | None, runs_dir: Path | None) -> Workspace:
@@ -216,7 +217,7 @@ def print_summary(console: Any, report: dict[str, Any]) -> None:
     best = report.get("best") or {}
     ok = bool(best)
     plain = best.get("plain_build")
-    title = ("[red]FAILS WHEN BUILT BY PLAIN load_inline[/]" if plain not in (None, "verified") else
+    title = ("[red]FAILS WHEN BUILT BY PLAIN load_inline[/]" if not plain_build_ok(best) else
              "[green]TARGET REACHED[/]" if report["target_reached"] else
              "[green]VERIFIED CANDIDATE[/]" if ok else "[red]NO VERIFIED CANDIDATE[/]")
     table = Table(title=title, show_header=False, title_justify="left")

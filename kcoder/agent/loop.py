@@ -355,8 +355,7 @@ class Agent:
             from kcoder.harness import evaluate
         self.on_event("notice", {"text": "verifying the best candidate as plain load_inline builds it"})
         snapshot = self.ws.snapshot(self.best_candidate)
-        verdict = evaluate(self.ws.reference, snapshot,
-                           replace(self.ctx.options, stop_after="verify", fast_build=False))
+        verdict = evaluate(self.ws.reference, snapshot, self.ctx.options.plain_build_check())
         self.ws.append({"type": "plain_build", "candidate": self.ws.relative(snapshot),
                         "verdict": verdict.to_dict()})
         self.best = {**self.best, "plain_build": "verified" if verdict.correct else verdict.reason}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from kcoder import ui
@@ -234,8 +233,7 @@ class Commands:
         s = self.session
         if not s.options.fast_build or s.accepted.verdict.get("plain_build") == "verified":
             return
-        verdict = s.evaluate(s.ws.reference, s.accepted.path,
-                             replace(s.options, stop_after="verify", fast_build=False))
+        verdict = s.evaluate(s.ws.reference, s.accepted.path, s.options.plain_build_check())
         s.ws.append({"type": "plain_build", "candidate": s.ws.relative(s.accepted.path),
                      "verdict": verdict.to_dict()})
         if not verdict.correct:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 ALLOWABLE = ("gemm", "conv")
@@ -52,6 +52,10 @@ class EvalOptions:
             raise ValueError(f"stop_after must be build, verify or timing, not {self.stop_after!r}")
         if self.n_input_sets < 5:
             raise ValueError("at least 5 input sets are verified")
+
+    def plain_build_check(self) -> EvalOptions:
+        """These options for verifying a candidate built exactly as plain load_inline builds it."""
+        return replace(self, stop_after="verify", fast_build=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
