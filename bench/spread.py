@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kcoder.harness import EvalOptions, evaluate  # noqa: E402
+from kcoder.evaluate import EvalOptions, evaluate  # noqa: E402
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kcoder.harness import EvalOptions, evaluate  # noqa: E402
+from kcoder.evaluate import EvalOptions, evaluate  # noqa: E402
 
 
 def build_seconds(problem: Path, candidate: Path, device: str, cache: Path, *, fast: bool,

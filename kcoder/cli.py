@@ -57,7 +57,7 @@ def eval_command(
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
 ) -> None:
     """Build, verify and time CANDIDATE against PROBLEM; print the verdict."""
-    from kcoder.harness import EvalOptions, evaluate
+    from kcoder.evaluate import EvalOptions, evaluate
     from kcoder.problem import ProblemError
 
     options = EvalOptions(device=device or _default_device(), allow=_parse_allow(allow),
@@ -118,7 +118,7 @@ def optimize_command(
     commit: bool = typer.Option(False, "--commit", help="Commit the best verified kernel to branch kcoder/<problem>."),
 ) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
-    from kcoder.agent.command import optimize
+    from kcoder.agent.optimize import optimize
     from kcoder.ui import console
 
     out = console()
@@ -225,8 +225,9 @@ def profile_command(
 ) -> None:
     """Profile CANDIDATE's kernels: Nsight Compute metrics per kernel, roofline against the
     measured device, ptxas resources; a torch.profiler timeline when ncu cannot run."""
-    from kcoder.harness.profile import ProfileOptions, profile_candidate
     from kcoder.problem import ProblemError
+    from kcoder.profile.options import ProfileOptions
+    from kcoder.profile.profiler import profile_candidate
 
     options = ProfileOptions(device=device, full=full, precision=precision, ncu=ncu, ncu_timeout_s=ncu_timeout,
                              save_prefix=save_ncu)
@@ -235,7 +236,7 @@ def profile_command(
     except (ProblemError, ValueError) as exc:
         _bad_input(str(exc), as_json)
         return
-    from kcoder.harness.profile_format import render, summary_text
+    from kcoder.profile.render import render, summary_text
 
     if as_json:
         print(json.dumps(report.to_dict(full=full), default=str))
@@ -267,7 +268,7 @@ def chat_command(
     """Refine kernels for PROBLEM in conversation; /help lists the slash commands (/eval, /commit ...)."""
     from kcoder.chat.repl import run_chat
     from kcoder.chat.session import Settings
-    from kcoder.harness.options import EvalOptions
+    from kcoder.evaluate.options import EvalOptions
 
     settings = Settings(model=model, api_base=api_base, profile=profile, tool_call=tool_call,
                         target=target, max_cost=max_cost, turns_per_message=max(1, max_turns),

@@ -29,7 +29,7 @@ os.environ["KCODER_CACHE"] = os.environ.get("KCODER_TEST_CACHE") or tempfile.mkd
 
 def fast_options(**overrides):
     """EvalOptions with a short timing phase, for tests."""
-    from kcoder.harness import EvalOptions
+    from kcoder.evaluate import EvalOptions
 
     base = dict(device="cpu", warmup=1, min_rounds=5, max_rounds=20, timing_budget_s=0.3,
                 audit_every=2)
@@ -52,7 +52,7 @@ def write_candidate(tmp_path):
 @pytest.fixture
 def evaluate_candidate(write_candidate):
     """Evaluate candidate source against a problem in tests/problems (default scale_add)."""
-    from kcoder.harness import evaluate
+    from kcoder.evaluate import evaluate
 
     def run(source: str, problem: str = "scale_add.py", **options):
         return evaluate(PROBLEMS / problem, write_candidate(source), fast_options(**options))

@@ -33,10 +33,10 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     # Tests and embedders may inject a profiler; the default imports the harness lazily.
     profiler = ctx.extra.get("profile")
     if profiler is None:
-        from kcoder.harness.profile import profile_candidate as profiler
-    from kcoder.harness.profile import ProfileOptions
-    from kcoder.harness.profile_format import summary_text
+        from kcoder.profile.profiler import profile_candidate as profiler
     from kcoder.problem import ProblemError
+    from kcoder.profile.options import ProfileOptions
+    from kcoder.profile.render import summary_text
 
     options = ProfileOptions(device="cuda", full=bool(args.get("full")), precision=ctx.options.precision)
     try:

@@ -334,7 +334,7 @@ class Agent:
             return
         evaluate = self.ctx.evaluate
         if evaluate is None:
-            from kcoder.harness import evaluate
+            from kcoder.evaluate import evaluate
         self.on_event("notice", {"text": "timing the best verified candidate for the report"})
         snapshot = self.ws.snapshot(self.best_candidate)
         verdict = evaluate(self.ws.reference, snapshot, replace(self.ctx.options, stop_after="timing"))
@@ -352,7 +352,7 @@ class Agent:
             return
         evaluate = self.ctx.evaluate
         if evaluate is None:
-            from kcoder.harness import evaluate
+            from kcoder.evaluate import evaluate
         self.on_event("notice", {"text": "verifying the best candidate as plain load_inline builds it"})
         snapshot = self.ws.snapshot(self.best_candidate)
         verdict = evaluate(self.ws.reference, snapshot, self.ctx.options.plain_build_check())

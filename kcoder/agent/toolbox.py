@@ -24,7 +24,7 @@ from kcoder.workspace import CANDIDATE, Workspace, WorkspaceError
 
 if TYPE_CHECKING:
     from kcoder.agent.skills import SkillCatalog
-    from kcoder.harness.options import EvalOptions
+    from kcoder.evaluate.options import EvalOptions
     from kcoder.verdict import Verdict
 
 TOOLS_DIR = kcoder.bundled_path("tools")
@@ -61,7 +61,7 @@ class ToolContext:
     workspace: Workspace
     options: EvalOptions
     skills: SkillCatalog | None = None
-    evaluate: Evaluator | None = None  # None: kcoder.harness.evaluate, imported when first used
+    evaluate: Evaluator | None = None  # None: kcoder.evaluate.evaluate, imported when first used
     max_output_chars: int = MAX_OUTPUT_CHARS
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -256,7 +256,7 @@ def evaluate_candidate(args: dict[str, Any], ctx: ToolContext, stop_after: str) 
     snapshot = ctx.workspace.snapshot(target)
     evaluate = ctx.evaluate
     if evaluate is None:
-        from kcoder.harness import evaluate  # lazy: the harness imports torch
+        from kcoder.evaluate import evaluate  # lazy: the harness imports torch
     options = replace(ctx.options, stop_after=stop_after)
     started = time.monotonic()
     verdict = evaluate(ctx.workspace.reference, snapshot, options)

@@ -134,8 +134,8 @@ class Commands:
         path, label = self._file(" ".join(w for w in words if w != "--full"), s.ws.candidate)
         if not path.is_file():
             raise ChatError(f"{label} does not exist yet: ask the model to write it")
-        from kcoder.harness.profile import ProfileOptions
-        from kcoder.harness.profile_format import render, summary_text
+        from kcoder.profile.options import ProfileOptions
+        from kcoder.profile.render import render, summary_text
 
         full = "--full" in words
         try:

@@ -8,7 +8,6 @@ from stdin (scripts): a line ending in a backslash continues on the next one.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kcoder import ui
+from kcoder.paths import kcoder_home
 
 if TYPE_CHECKING:
     from prompt_toolkit.completion import Completer
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 PROMPT = "kcoder> "
 
 
-def kcoder_home() -> Path:
-    """kcoder's per-user folder: $KCODER_HOME, else ~/.kcoder (created when first written)."""
-    env = os.environ.get("KCODER_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".kcoder"
 
 
 def history_path() -> Path:

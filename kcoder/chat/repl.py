@@ -12,7 +12,7 @@ from prompt_toolkit.document import Document
 from kcoder.chat.commands import Commands, QuitChat
 from kcoder.chat.io import InputOutput
 from kcoder.chat.session import ChatError, ChatSession, Settings
-from kcoder.harness.options import EvalOptions
+from kcoder.evaluate.options import EvalOptions
 from kcoder.problem import ProblemError
 from kcoder.workspace import WorkspaceError
 

@@ -18,15 +18,15 @@ from typing import Any
 
 from kcoder import ui
 from kcoder.agent import prompts
-from kcoder.agent.command import _system_prompt, build_report
 from kcoder.agent.llm import LLM, missing_key_message
 from kcoder.agent.loop import Agent, AgentStop, FormatError, Limits, RunResult
+from kcoder.agent.optimize import _system_prompt, build_report
 from kcoder.agent.profiles import Profile, concrete_tool_call_mode, resolve_profile
 from kcoder.agent.skills import SkillCatalog
 from kcoder.agent.toolbox import Evaluator, Observation, Toolbox, ToolContext, format_verdict, stage_passed
 from kcoder.chat.accepted import Accepted
 from kcoder.chat.io import InputOutput
-from kcoder.harness.options import EvalOptions
+from kcoder.evaluate.options import EvalOptions
 from kcoder.verdict import Verdict
 from kcoder.workspace import PROTECTED, Workspace
 
@@ -223,16 +223,16 @@ class ChatSession:
         """The harness (or the injected evaluator) under a live status line."""
         evaluate = self._evaluator
         if evaluate is None:
-            from kcoder.harness import evaluate  # lazy: imports torch
+            from kcoder.evaluate import evaluate  # lazy: imports torch
         with self.io.status(f"{_STAGES[options.stop_after]}: {Path(candidate).name}"):
             return evaluate(problem, candidate, options)
 
     def profile_kernels(self, problem: Path, candidate: Path, options: Any) -> Any:
-        """kcoder.harness.profile.profile_candidate (or the injected profiler) under a live
+        """kcoder.profile.profiler.profile_candidate (or the injected profiler) under a live
         status line; used by /profile and by the agent's profile tool."""
         profiler = self._profiler
         if profiler is None:
-            from kcoder.harness.profile import profile_candidate as profiler
+            from kcoder.profile.profiler import profile_candidate as profiler
         with self.io.status(f"profiling (Nsight Compute): {Path(candidate).name}"):
             return profiler(problem, candidate, options)
 

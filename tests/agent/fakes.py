@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kcoder.harness.options import EvalOptions
+from kcoder.evaluate.options import EvalOptions
 from kcoder.verdict import Verdict
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kcoder.agent.command import optimize
-from kcoder.harness.options import EvalOptions
+from kcoder.agent.optimize import optimize
+from kcoder.evaluate.options import EvalOptions
 
 from .llm_server import call, reply
 

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from kcoder.agent import prompts
-from kcoder.agent.command import optimize
 from kcoder.agent.loop import fit_context
+from kcoder.agent.optimize import optimize
 
 from .fakes import FakeEvaluator
 from .llm_server import call, reply, text_tool_reply

@@ -9,7 +9,7 @@ from kcoder.agent.llm import ToolCall
 from kcoder.agent.profiles import resolve_profile
 from kcoder.agent.skills import BUNDLED_DIR, SkillCatalog, list_skills
 from kcoder.agent.toolbox import Toolbox, ToolContext
-from kcoder.harness.options import EvalOptions
+from kcoder.evaluate.options import EvalOptions
 from kcoder.workspace import Workspace
 
 REQUIRED = {"optimize-workflow", "kernel-fusion", "reductions-softmax-layernorm",

@@ -177,7 +177,7 @@ def test_completion_of_commands_arguments_and_paths(scripted, problem, tmp_path,
 def test_profile_renders_the_report_and_tells_the_model(scripted, problem, tmp_path):
     from conftest import fast_options
 
-    from kcoder.harness.profile import ProfileReport
+    from kcoder.profile.profiler import ProfileReport
 
     seen = []
 

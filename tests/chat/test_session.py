@@ -19,7 +19,7 @@ from agent.llm_server import call, reply
 from conftest import fast_options
 from sources import candidate_source
 
-from kcoder.harness import evaluate
+from kcoder.evaluate import evaluate
 
 from .driver import drive, enter
 
@@ -124,7 +124,7 @@ def _workers() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"kcoder.harness.worker" in cmdline:
+        if ppid == os.getpid() and b"kcoder.evaluate.worker" in cmdline:
             found.append(int(stat.parent.name))
     return found
 

@@ -31,7 +31,7 @@ PY
   python3 - <<'PY' 2>&1 | tail -25
 import glob, re, subprocess, sys, time
 sys.path.insert(0, ".")
-from kcoder.harness.fastbuild import parse_ninja_variables
+from kcoder.build.fastbuild import parse_ninja_variables
 d = sorted(glob.glob(".kcoder-cache/build/elementwise_chain_cuda-*"))[0]
 ninja = open(d + "/build.ninja").read()
 v = parse_ninja_variables(ninja)

@@ -14,7 +14,7 @@ EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/solution_cuda.py
 
 
 def _eval(path: Path, problem: Path, **options):
-    from kcoder.harness import evaluate
+    from kcoder.evaluate import evaluate
 
     return evaluate(problem, path, fast_options(device="cuda", **options))
 

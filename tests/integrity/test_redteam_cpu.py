@@ -73,7 +73,7 @@ def test_cpp_cheat_rejected(evaluate_candidate, name):
 
 
 def test_static_checks_accept_the_honest_candidate():
-    from kcoder.harness.static import check_source
+    from kcoder.evaluate.static import check_source
 
     assert check_source(HONEST, reference_stems={"scale_add"}) == []
     # static helper functions and streams taken from torch are honest C++
@@ -86,7 +86,7 @@ def test_static_checks_accept_the_honest_candidate():
 def test_every_example_solution_passes_static_checks():
     from conftest import ROOT
 
-    from kcoder.harness.static import check_source
+    from kcoder.evaluate.static import check_source
 
     solutions = sorted((ROOT / "examples").glob("*/solution_*.py"))
     assert len(solutions) >= 8

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kcoder.harness.compare import Mismatch, compare_outputs, zeros_would_pass
+from kcoder.evaluate.compare import Mismatch, compare_outputs, zeros_would_pass
 
 
 def _ref(shape=(256, 256), scale=1.0, seed=0):

@@ -15,7 +15,7 @@ def test_there_are_at_least_four_examples_with_both_targets():
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
 def test_example_cpu_solution_accepted(example):
-    from kcoder.harness import evaluate
+    from kcoder.evaluate import evaluate
 
     verdict = evaluate(example / "model.py", example / "solution_cpu.py", fast_options())
     assert verdict.correct and verdict.stage == "done", verdict.reason

@@ -16,8 +16,9 @@ import pytest
 from conftest import PROBLEMS, fast_options
 from sources import candidate_source
 
-from kcoder.harness import evaluate, fastbuild, lightheader
-from kcoder.harness.build import cache_root
+from kcoder.build import fastbuild, lightheader
+from kcoder.build.inline import cache_root
+from kcoder.evaluate import evaluate
 
 NVCC = "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else shutil.which("nvcc")
 
@@ -172,7 +173,7 @@ def test_binding_that_needs_the_cpp_frontend_unseen_is_built_with_the_full_heade
     import torch.utils.cpp_extension as cpp_extension
     from torch.utils._cpp_extension_versioner import ExtensionVersioner
 
-    from kcoder.harness import build
+    from kcoder.build import inline as build
 
     monkeypatch.setattr(cpp_extension, "JIT_EXTENSION_VERSIONER", ExtensionVersioner())
     load_inline = build.make_load_inline(cpp_extension.load_inline, fast=True)
@@ -229,7 +230,7 @@ def _cuda_build(tmp_path: Path, monkeypatch, cuda_source: str,
     """Run kcoder's load_inline wrapper on a CUDA extension up to its object files."""
     import torch.utils.cpp_extension as cpp_extension
 
-    from kcoder.harness import build
+    from kcoder.build import inline as build
 
     monkeypatch.setenv("KCODER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("KCODER_PCH", "off")

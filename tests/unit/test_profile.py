@@ -21,11 +21,13 @@ from pathlib import Path
 import pytest
 from conftest import PROBLEMS, ROOT, run_kcoder
 
-from kcoder.harness import profile as prof
-from kcoder.harness.ncu_parse import NcuParseError, parse_details, parse_ncu, parse_number, parse_raw, to_base_units
-from kcoder.harness.profile import ProfileOptions, ProfileReport, RunResult, profile_candidate, run_limited, run_ncu
-from kcoder.harness.profile_format import SUMMARY_CHARS, issue_bound, summary_text
-from kcoder.harness.ptxas import (
+from kcoder.procs import RunResult
+from kcoder.procs import run as run_limited
+from kcoder.profile import profiler as prof
+from kcoder.profile.ncu_parse import NcuParseError, parse_details, parse_ncu, parse_number, parse_raw, to_base_units
+from kcoder.profile.options import ProfileOptions
+from kcoder.profile.profiler import ProfileReport, profile_candidate, run_ncu
+from kcoder.profile.ptxas import (
     CompilerReport,
     compile_report,
     function_base,
@@ -33,7 +35,8 @@ from kcoder.harness.ptxas import (
     parse_ptxas,
     pick_arch,
 )
-from kcoder.harness.roofline import DeviceLimits, load_limits, roofline, save_limits
+from kcoder.profile.render import SUMMARY_CHARS, issue_bound, summary_text
+from kcoder.profile.roofline import DeviceLimits, load_limits, roofline, save_limits
 
 FIX = ROOT / "tests" / "fixtures" / "ncu"
 RAW = FIX / "h200_mse_loss_raw.csv"
@@ -331,7 +334,7 @@ def test_fake_ncu_success_path_parses_both_pages(tmp_path):
 
 
 def test_full_adds_sections():
-    from kcoder.harness.ncu_run import ncu_profile_command
+    from kcoder.profile.ncu_run import ncu_profile_command
 
     short = ncu_profile_command("ncu", Path("/tmp/r"), TARGET)
     full = ncu_profile_command("ncu", Path("/tmp/r"), TARGET, full=True)
@@ -463,7 +466,7 @@ def test_cli_bad_usage_exit_2(tmp_path):
 
 def test_agent_tool_returns_summary(tmp_path):
     from kcoder.agent.toolbox import ToolContext, discover_tools
-    from kcoder.harness.options import EvalOptions
+    from kcoder.evaluate.options import EvalOptions
     from kcoder.workspace import Workspace
 
     problem = tmp_path / "scale_add.py"
@@ -488,6 +491,6 @@ def test_agent_tool_returns_summary(tmp_path):
 
 def test_target_module_imports_without_torch_cuda():
     # the GPU-side entry point must at least import (and reject a bad mode) on any machine
-    proc = subprocess.run([sys.executable, "-c", "import kcoder.harness.profile_target as t; print(sorted(t.MODES))"],
+    proc = subprocess.run([sys.executable, "-c", "import kcoder.profile.target as t; print(sorted(t.MODES))"],
                           capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout.strip() == "['prepare', 'run', 'timeline']"

@@ -17,13 +17,14 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kcoder.harness.build import cache_root, find_cuda_home
+from kcoder.build.inline import find_cuda_home
+from kcoder.paths import cache_root
+from kcoder.procs import run
 
 
 @dataclass
@@ -217,25 +218,6 @@ def nvcc_command(build_dir: Path, out_obj: Path) -> list[str] | None:
             *shlex.split(env.get("cuda_post_cflags", "")), "-Xptxas", "-v"]
 
 
-def _run(cmd: list[str], timeout_s: float, cwd: Path) -> tuple[int | None, str]:
-    """Run in its own process group; kill the group at the time limit. rc None = timed out."""
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True, errors="replace")
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        out, rc = "", None
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if rc is None:
-            out = (proc.communicate()[0] or "")
-    return rc, out
-
-
 def _first_error(text: str) -> str:
     for line in text.splitlines():
         if re.search(r"error|fatal", line, re.I):
@@ -268,7 +250,8 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
                 return report
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged cache entry is rebuilt
-        rc, out = _run(cmd, timeout_s, Path(tmp))
+        res = run(cmd, timeout_s, Path(tmp))
+        rc, out = res.rc, res.output
     report.seconds = round(time.monotonic() - started, 1)
     if rc is None:
         report.error = f"ptxas report: the recompile exceeded {timeout_s:.0f} s and was killed"
@@ -293,7 +276,8 @@ def _cuobjdump_fallback(build_dir: Path, report: CompilerReport, arch: str | Non
     libs = sorted(build_dir.glob("*.so"))
     if not tool or not Path(tool).exists() or not libs:
         return
-    rc, out = _run([tool, "--dump-resource-usage", str(libs[0])], 60.0, build_dir)
+    res = run([tool, "--dump-resource-usage", str(libs[0])], 60.0, build_dir)
+    rc, out = res.rc, res.output
     kernels = parse_cuobjdump(out) if rc == 0 else []
     if kernels:
         demangle(kernels)

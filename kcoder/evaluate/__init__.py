@@ -3,7 +3,7 @@
 Public entry point: `evaluate(problem_path, candidate_path, options) -> Verdict`.
 """
 
-from kcoder.harness.options import EvalOptions
-from kcoder.harness.runner import evaluate
+from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.runner import evaluate
 
 __all__ = ["EvalOptions", "evaluate"]

@@ -18,7 +18,7 @@ from kcoder.agent.loop import Agent, AgentStop, Limits, RunResult
 from kcoder.agent.profiles import Profile, concrete_tool_call_mode, resolve_profile
 from kcoder.agent.skills import SkillCatalog
 from kcoder.agent.toolbox import Evaluator, Toolbox, ToolContext
-from kcoder.harness.options import EvalOptions
+from kcoder.evaluate.options import EvalOptions
 from kcoder.verdict import plain_build_ok
 from kcoder.workspace import Workspace, WorkspaceError
 
@@ -104,7 +104,7 @@ def optimize(problem: Path, *, model: str | None, api_base: str | None, device: 
 
     `profile` / `tool_call` override the model profile and its tool-call mode (native/text);
     `eval_options` supplies evaluation budgets (device, allow, precision are set from the
-    arguments); `evaluator` replaces kcoder.harness.evaluate (tests).
+    arguments); `evaluator` replaces kcoder.evaluate.evaluate (tests).
     """
     if not model:
         console.print(NO_MODEL_MESSAGE, highlight=False, markup=False)

@@ -24,35 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcoder.harness.ncu_parse import KernelMetrics
-from kcoder.harness.ncu_run import RunResult, env_for_targets, find_ncu, run_limited, run_ncu
-from kcoder.harness.ptxas import CompilerReport, KernelResources, compiler_reports, function_base
-from kcoder.harness.roofline import DeviceLimits, RooflinePoint, roofline
-
-
-@dataclass
-class ProfileOptions:
-    """How to profile. Time limits are per step; `ncu` overrides the ncu binary ($KCODER_NCU)."""
-
-    device: str = "cuda"
-    full: bool = False
-    precision: str = "strict"
-    seed: int = 0
-    prepare_timeout_s: float = 900.0  # a cold build of a torch extension can take minutes
-    ncu_timeout_s: float = 300.0
-    import_timeout_s: float = 120.0
-    timeline_timeout_s: float = 300.0
-    ptxas_timeout_s: float = 300.0
-    ncu: str | None = None
-    calibrate: bool = True
-    save_prefix: str | None = None  # keep PREFIX.ncu-rep, PREFIX_raw.csv, PREFIX_details.csv
-
-    def validate(self) -> None:
-        if self.device != "cuda":
-            raise ValueError(f"kcoder profile profiles CUDA kernels; --device {self.device!r} is not supported "
-                             "(use `kcoder eval --device cpu` to time a CPU candidate)")
-        if self.precision not in ("strict", "relaxed"):
-            raise ValueError(f"precision must be strict or relaxed, not {self.precision!r}")
+from kcoder.procs import RunResult, run
+from kcoder.profile.ncu_parse import KernelMetrics
+from kcoder.profile.ncu_run import env_for_targets, find_ncu, run_ncu
+from kcoder.profile.options import ProfileOptions
+from kcoder.profile.ptxas import CompilerReport, KernelResources, compiler_reports, function_base
+from kcoder.profile.roofline import DeviceLimits, RooflinePoint, roofline
 
 
 @dataclass
@@ -110,13 +87,13 @@ class ProfileReport:
 
 # --- the target process ---------------------------------------------------------------------
 def target_command(mode: str, job: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "kcoder.harness.profile_target", mode, str(job), str(out)]
+    return [sys.executable, "-m", "kcoder.profile.target", mode, str(job), str(out)]
 
 
 def _run_target(mode: str, job: Path, tmp: Path, timeout_s: float, cwd: Path) -> tuple[dict[str, Any], RunResult]:
     """Run a profile_target mode; the dict is its result, or {'error': ...} when it died."""
     out = tmp / f"{mode}.json"
-    res = run_limited(target_command(mode, job, out), timeout_s, cwd, env_for_targets())
+    res = run(target_command(mode, job, out), timeout_s, cwd, env_for_targets())
     if out.exists():
         return json.loads(out.read_text()), res
     if res.timed_out:

@@ -10,18 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from kcoder.harness.ncu_parse import KernelMetrics, NcuParseError, parse_ncu
-
-if TYPE_CHECKING:
-    from kcoder.harness.profile import ProfileOptions
+from kcoder.procs import RunResult, child_env, run
+from kcoder.profile.ncu_parse import KernelMetrics, NcuParseError, parse_ncu
+from kcoder.profile.options import ProfileOptions
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats")
 FULL_SECTIONS = ("MemoryWorkloadAnalysis_Tables", "ComputeWorkloadAnalysis", "SchedulerStats")
@@ -33,51 +27,9 @@ PERMISSION_HELP = ("ncu lacks permission to read GPU performance counters (ERR_N
                    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
 
 
-# --- subprocesses ------------------------------------------------------------------------------
-@dataclass
-class RunResult:
-    """How a limited subprocess ended: rc None when it could not start or was killed."""
-
-    rc: int | None
-    output: str
-    timed_out: bool
-    seconds: float
-
-
-def run_limited(cmd: list[str], timeout_s: float, cwd: Path, env: dict[str, str] | None = None) -> RunResult:
-    """Run `cmd` in a new session; at the limit, SIGKILL its whole process group (ncu and the
-    profiled python with it). Output goes through a file so a chatty child can never block."""
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as log:
-        try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            return RunResult(None, f"cannot run {cmd[0]}: {exc}", False, 0.0)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # stray children too, even after a normal exit
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
-        log.seek(0)
-        output = log.read().decode(errors="replace")
-    return RunResult(None if timed_out else proc.returncode, output, timed_out, round(time.monotonic() - started, 2))
-
-
 def env_for_targets() -> dict[str, str]:
     """The environment of ncu and the target: this checkout importable, C locale numbers."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    env["LC_ALL"] = "C"  # ncu formats numbers by locale; "1.234,5" would not parse
-    return env
+    return child_env(LC_ALL="C")  # ncu formats numbers by locale; "1.234,5" would not parse
 
 
 # --- ncu ---------------------------------------------------------------------------------------
@@ -141,9 +93,9 @@ class NcuOutcome:
 def _import_page(ncu: str, rep: Path, page: str, timeout_s: float, cwd: Path, env: dict[str, str]) -> RunResult:
     # raw: mangled names match ptxas entries exactly; details: demangled names for people
     extra = ["--print-units", "base", "--print-kernel-base", "mangled" if page == "raw" else "demangled"]
-    res = run_limited([ncu, "--import", str(rep), "--csv", "--page", page, *extra], timeout_s, cwd, env)
+    res = run([ncu, "--import", str(rep), "--csv", "--page", page, *extra], timeout_s, cwd, env)
     if res.rc != 0 and not res.timed_out:  # an older ncu may not know a print option: plain export
-        res = run_limited([ncu, "--import", str(rep), "--csv", "--page", page], timeout_s, cwd, env)
+        res = run([ncu, "--import", str(rep), "--csv", "--page", page], timeout_s, cwd, env)
     return res
 
 
@@ -161,7 +113,7 @@ def run_ncu(ncu: str, target: list[str], tmp: Path, options: ProfileOptions, cwd
     env = env_for_targets()
     rep_base = tmp / "profile"
     cmd = ncu_profile_command(ncu, rep_base, target, options.full)
-    res = run_limited(cmd, options.ncu_timeout_s, cwd, env)
+    res = run(cmd, options.ncu_timeout_s, cwd, env)
     outcome = NcuOutcome(ok=False, seconds=res.seconds, command=cmd)
     rep = rep_base.with_suffix(".ncu-rep")
     outcome.message = ncu_failure(res, options.ncu_timeout_s, report_written=rep.exists())

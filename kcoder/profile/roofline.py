@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kcoder.harness.build import cache_root
+from kcoder.paths import cache_root
 
 LATENCY_BOUND_PCT = 20.0  # below this share of both ceilings, neither limits the kernel
 

@@ -39,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kcoder.harness import detached, lightheader
+from kcoder.build import detached, lightheader
+from kcoder.paths import cache_root
 
 PCH_HEADER = "kcoder_pch.h"
 FAST_CUDA_SOURCE = "kcoder_fast.cu"
@@ -149,8 +150,6 @@ def _light_block(cxx: str, flags: list[str], includes: list[str], main_text: str
     light = lightheader.light_includes(_include_dirs(flags))
     if not light:
         return None
-    from kcoder.harness.build import cache_root
-
     folder = lightheader.macros_folder(cache_root(), cxx, _compiler_identity(cxx), flags, light,
                                        _torch_identity(flags))
     # Once per compiler, flags and torch (about 3 s on 2 cores); a build then saves more than that.
@@ -186,8 +185,6 @@ def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]
     flags is never slower than plain); KCODER_PCH=wait waits for it instead, KCODER_PCH=off
     never builds one. The header text itself is always written: it can be included as it is.
     """
-    from kcoder.harness.build import cache_root
-
     policy = os.environ.get("KCODER_PCH", "background")
     material = "\n".join([cxx, _compiler_identity(cxx), *flags, "--", *includes, _torch_identity(flags)])
     folder = cache_root() / "pch" / hashlib.sha256(material.encode()).hexdigest()[:20]
@@ -335,8 +332,6 @@ def object_key(ninja_text: str, rule: str, source: Path) -> str | None:
 def reuse_objects(ninja_text: str, build_dir: Path, notes: list[str]) -> tuple[str, dict[str, Path]]:
     """Take already-compiled objects from the cache; return the ninja text without their compile
     steps and {object: cache path} for the objects this build compiles and should keep."""
-    from kcoder.harness.build import cache_root
-
     folder = cache_root() / "objects"
     text, to_store, reused = ninja_text, {}, []
     for output, rule, source in _COMPILE_EDGE.findall(ninja_text):

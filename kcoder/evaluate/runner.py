@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kcoder.harness.options import EvalOptions
-from kcoder.harness.static import check_source
+from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.static import check_source
 from kcoder.problem import check_candidate_file, load_problem
 from kcoder.verdict import Verdict
 
@@ -69,7 +69,7 @@ def _run_worker(problem: Path, candidate: Path, options: EvalOptions, verdict: V
         env["PYTHONUNBUFFERED"] = "1"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "kcoder.harness.worker", str(job), str(write_fd)],
+                [sys.executable, "-m", "kcoder.evaluate.worker", str(job), str(write_fd)],
                 pass_fds=(write_fd,), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=env, cwd=str(candidate.parent))
             os.close(write_fd)
@@ -158,6 +158,6 @@ def _crash_location(output: str) -> str:
     """faulthandler prints 'File "...", line N in fn' frames; name the candidate's, if any."""
     for line in output.splitlines():
         line = line.strip()
-        if line.startswith("File ") and "kcoder/harness" not in line and "site-packages" not in line:
+        if line.startswith("File ") and "kcoder/evaluate" not in line and "site-packages" not in line:
             return f" ({line})"
     return ""

@@ -1,6 +1,6 @@
 """Worker process: evaluates one candidate, in a fresh interpreter and process group.
 
-Run as `python -m kcoder.harness.worker JOB.json FD`. It reports progress on file
+Run as `python -m kcoder.evaluate.worker JOB.json FD`. It reports progress on file
 descriptor FD as JSON lines: {"phase": ...} when a stage starts (the parent enforces each
 stage's time limit) and {"verdict": {...}} at the end. Everything the candidate prints goes
 to stdout/stderr, which the parent keeps apart from this channel.
@@ -18,8 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kcoder.harness import build
-from kcoder.harness.options import EvalOptions
+from kcoder.build import inline as build
+from kcoder.evaluate.options import EvalOptions
 from kcoder.verdict import Verdict, reward_for
 
 
@@ -122,7 +122,7 @@ class Evaluation:
         self._time()
 
     def _load_problem(self) -> None:
-        from kcoder.harness.verify import ProblemInputError, make_inputs
+        from kcoder.evaluate.verify import ProblemInputError, make_inputs
 
         self.phase("problem")
         torch = self.torch
@@ -184,8 +184,8 @@ class Evaluation:
             self.torch.cuda.synchronize()
 
     def _verify(self) -> None:
-        from kcoder.harness.guard import Guard
-        from kcoder.harness.verify import CandidateFailure, verify
+        from kcoder.evaluate.guard import Guard
+        from kcoder.evaluate.verify import CandidateFailure, verify
 
         self.phase("verify")
         self.guard = Guard(str(self.candidate_path), list(self.options.allow))
@@ -231,7 +231,7 @@ class Evaluation:
         v.tolerance = stats.tolerance or v.tolerance
 
     def _time(self) -> None:
-        from kcoder.harness.timed import run_timing
+        from kcoder.evaluate.timed import run_timing
 
         self.phase("timing")
         try:
@@ -265,7 +265,7 @@ def _timer_identities(torch: Any) -> list[int]:
            torch.cuda.Event.record, torch.cuda.Event.elapsed_time, torch.cuda.Event.synchronize,
            torch.Tensor.__eq__, torch.equal, torch.allclose, torch.isnan, torch.Tensor.clone,
            torch.nn.Module.__call__, torch.utils.cpp_extension.load_inline]
-    from kcoder.harness import compare, timing, verify
+    from kcoder.evaluate import compare, timing, verify
 
     fns += [compare.compare_outputs, compare._compare_tensor, verify.verify, verify.inputs_equal,
             timing.measure, timing.Clock.call]

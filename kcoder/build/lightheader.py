@@ -38,7 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-from kcoder.harness import detached
+from kcoder.build import detached
+from kcoder.procs import child_env
 
 EXTENSION_INCLUDE = "#include <torch/extension.h>"
 LIGHT_MAIN_SOURCE = "kcoder_light_main.cpp"
@@ -140,15 +141,13 @@ def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) ->
     q = {n: shlex.quote(str(folder / n)) for n in ("full.h", "light.h", "full.i", "light.i", "log",
                                                      "macros-failed", "macros-building")}
     pre = shlex.join([cxx, *flags, "-E", "-dD", "-x", "c++"])
-    diff = shlex.join([sys.executable, "-m", "kcoder.harness.lightheader", str(folder / "full.i"),
+    diff = shlex.join([sys.executable, "-m", "kcoder.build.lightheader", str(folder / "full.i"),
                        str(folder / "light.i"), str(done)])
     script = (f"(timeout {MACROS_TIMEOUT_S} {pre} {q['full.h']} -o {q['full.i']} &&"
               f" timeout {MACROS_TIMEOUT_S} {pre} {q['light.h']} -o {q['light.i']} && {diff}) > {q['log']} 2>&1"
               f" || cp {q['log']} {q['macros-failed']}; rm -f {q['full.i']} {q['light.i']} {q['macros-building']}")
     # The diff step imports this module: make sure it finds the same kcoder.
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    detached.spawn(script, env)
+    detached.spawn(script, child_env())
 
 
 def _macros_failed(folder: Path) -> bool:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcoder.harness.compare import (
+from kcoder.evaluate.compare import (
     ErrorStats,
     Mismatch,
     compare_outputs,

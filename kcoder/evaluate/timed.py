@@ -19,9 +19,9 @@ def run_timing(ev: Any) -> None:
     """Fill ev.verdict with timings and speed-ups; call ev.fail on any integrity problem."""
     import torch
 
-    from kcoder.harness.compare import Mismatch, compare_outputs
-    from kcoder.harness.timing import Clock, device_kernel_time_us, measure
-    from kcoder.harness.verify import CandidateFailure, clone_inputs, guarded_call, make_inputs
+    from kcoder.evaluate.compare import Mismatch, compare_outputs
+    from kcoder.evaluate.timing import Clock, device_kernel_time_us, measure
+    from kcoder.evaluate.verify import CandidateFailure, clone_inputs, guarded_call, make_inputs
 
     opts, v = ev.options, ev.verdict
     impls: dict[str, Any] = {"eager": ev.ref_model, "candidate": ev.new_model}

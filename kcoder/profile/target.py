@@ -1,6 +1,6 @@
 """The process `kcoder profile` runs (alone, or under ncu): build, then run the candidate.
 
-    python -m kcoder.harness.profile_target MODE JOB.json OUT.json
+    python -m kcoder.profile.target MODE JOB.json OUT.json
 
 MODE is one of
 - prepare: build the candidate's extensions (recording their build directories, even when
@@ -27,9 +27,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kcoder.harness import build
-from kcoder.harness.worker import first_line as _first_line
-from kcoder.harness.worker import load_module as _load_module
+from kcoder.build import inline as build
+from kcoder.evaluate.loading import first_line as _first_line
+from kcoder.evaluate.loading import load_module as _load_module
+from kcoder.evaluate.loading import set_precision
 
 NVTX_RANGE = "kcoder_candidate"
 
@@ -76,9 +77,7 @@ class Target:
             # without a GPU torch would compile for every arch it knows (slow); pick one
             os.environ["TORCH_CUDA_ARCH_LIST"] = self.job.get("arch_list") or "9.0"
             self.notes.append(f"no GPU: compiling for TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
-        relaxed = self.job.get("precision") == "relaxed"
-        torch.backends.cuda.matmul.allow_tf32 = relaxed
-        torch.backends.cudnn.allow_tf32 = relaxed
+        set_precision(torch, self.job.get("precision", "strict"))
         build.install_build_wrapper()
 
     def load(self) -> None:
@@ -105,7 +104,7 @@ class Target:
             raise TargetError("build", "the candidate defines no ModelNew")
 
     def instantiate(self) -> None:
-        from kcoder.harness.verify import make_inputs
+        from kcoder.evaluate.verify import make_inputs
 
         torch = self.torch
         try:
@@ -143,7 +142,7 @@ def run_prepare(t: Target) -> None:
     moved = _tensors(t.inputs) + _tensors(out) + list(t.model.parameters()) + list(t.model.buffers())
     t.result["min_bytes"] = int(sum(x.numel() * x.element_size() for x in moved))
     if t.job.get("calibrate", True):
-        from kcoder.harness.roofline import load_limits, measure_limits, save_limits
+        from kcoder.profile.roofline import load_limits, measure_limits, save_limits
 
         name = t.torch.cuda.get_device_name(0)
         limits = load_limits(name)
@@ -186,7 +185,7 @@ def run_timeline(t: Target) -> None:
     """
     _ready_on_gpu(t)
     torch = t.torch
-    from kcoder.harness.timing import flush_l2, l2_flush_buffer
+    from kcoder.evaluate.timing import flush_l2, l2_flush_buffer
 
     flush = l2_flush_buffer(torch)
     repeat = max(1, int(t.job.get("repeat", 5)))

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kcoder.paths import cache_root
+
 
 class BuildError(Exception):
     """The candidate's extension did not compile or link. `log` holds the trimmed output."""
@@ -34,12 +36,6 @@ class BuildError(Exception):
 
 # What the worker reports about each load_inline call the candidate made.
 BUILD_RECORDS: list[dict[str, Any]] = []
-
-
-def cache_root() -> Path:
-    """Root of kcoder's caches: $KCODER_CACHE, else ~/.cache/kcoder."""
-    env = os.environ.get("KCODER_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "kcoder"
 
 
 def find_cuda_home() -> tuple[str | None, str]:
@@ -134,7 +130,7 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
     """
     import torch.utils.cpp_extension as cpp_extension
 
-    from kcoder.harness import fastbuild
+    from kcoder.build import fastbuild
 
     signature = inspect.signature(original)
 

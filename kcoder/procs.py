@@ -1,0 +1,83 @@
+"""The one way kcoder runs a child process: its own session (process group), a deadline,
+a known environment, output through a file (a chatty child can never block kcoder), and
+the whole group killed at the end, stray children included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kcoder.paths import package_root
+
+# What kcoder keeps of a child's output: the tail, so a 10 MB print costs nothing.
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+@dataclass
+class RunResult:
+    """How a limited subprocess ended: rc None when it could not start or was killed."""
+
+    rc: int | None
+    output: str
+    timed_out: bool
+    seconds: float
+
+
+def child_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """`base` (default: this process's environment) with this kcoder importable first on
+    PYTHONPATH and unbuffered output, plus `extra` variables."""
+    env = dict(os.environ if base is None else base)
+    root = str(package_root())
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group (compilers, stray children) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def read_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
+    """The last `limit` bytes of a file, decoded; a cut is marked at the start."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - limit))
+        data = fh.read()
+    text = data.decode(errors="replace")
+    return f"[... {size - limit} bytes cut ...]\n{text}" if size > limit else text
+
+
+def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] | None = None) -> RunResult:
+    """Run `cmd` in a new session; at the limit SIGKILL its whole process group. The output
+    (stdout and stderr together) is kept up to its last OUTPUT_TAIL_BYTES."""
+    started = time.monotonic()
+    with tempfile.NamedTemporaryFile(prefix="kcoder-run-") as log:
+        try:
+            proc = subprocess.Popen(list(cmd), cwd=cwd, env=None if env is None else dict(env), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            return RunResult(None, f"cannot run {cmd[0]}: {exc}", False, 0.0)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_group(proc)  # stray children too, even after a normal exit
+        log.flush()
+        output = read_tail(Path(log.name))
+    return RunResult(None if timed_out else proc.returncode, output, timed_out, round(time.monotonic() - started, 2))
