@@ -7,13 +7,28 @@ Exit codes: 0 success, 1 the candidate failed (compile error, wrong, crash, time
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
+from kcoder.settings import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_TARGET,
+    Device,
+    Precision,
+    Settings,
+    Stage,
+    ToolCallMode,
+    default_device,
+    parse_allow,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="kcoder: faster PyTorch modules with custom kernels, honestly verified.")
 
@@ -21,15 +36,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 @app.callback()
 def _root() -> None:
     """kcoder: faster PyTorch modules with custom kernels, honestly verified."""
-
-
-def _default_device() -> str:
-    """cuda when a GPU is present, else cpu (checked without importing torch)."""
-    return "cuda" if Path("/dev/nvidia0").exists() or Path("/dev/nvidiactl").exists() else "cpu"
-
-
-def _parse_allow(allow: str | None) -> list[str]:
-    return [a.strip() for a in (allow or "").split(",") if a.strip()]
 
 
 def _bad_input(message: str, as_json: bool) -> None:
@@ -42,31 +48,85 @@ def _bad_input(message: str, as_json: bool) -> None:
     raise typer.Exit(2)
 
 
+def _settings(device: Device | None, allow: str | None, **fields: Any) -> Settings:
+    """One command's Settings; the device defaults to cuda when a GPU is present."""
+    return Settings(device=device or default_device(), allow=parse_allow(allow), **fields)
+
+
+# Options that several commands share: one declaration each.
+ProblemArg = Annotated[Path, typer.Argument(help="KernelBench-style problem file (Model, get_inputs, "
+                                            "get_init_inputs); it is never modified.")]
+CandidateArg = Annotated[Path, typer.Argument(help="Candidate file defining ModelNew (kernels via load_inline).")]
+DeviceOpt = Annotated[Device | None, typer.Option(help="cuda or cpu (default: cuda when a GPU is present).")]
+AllowOpt = Annotated[str | None, typer.Option(help="Library ops the candidate may call: gemm,conv (cuBLAS/cuDNN).")]
+PrecisionOpt = Annotated[Precision, typer.Option(help="strict (fp32 is fp32) or relaxed (TF32/bf16; baselines too).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")]
+
+
+def _option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+def with_options(*options: inspect.Parameter) -> Callable[[F], F]:
+    """Give a command the declared `options` as well: typer reads a command's options from its
+    signature, and the function receives these in its **options (named like Settings fields)."""
+
+    def decorate(func: F) -> F:
+        own = [p for p in inspect.signature(func, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        func.__signature__ = inspect.Signature([*own, *options])  # type: ignore[attr-defined]
+        return func
+
+    return decorate
+
+
+# The agent commands' options (optimize, chat), each declared once.
+MODEL = _option("model", Annotated[str | None, typer.Option(
+    envvar="KCODER_MODEL", help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME.")])
+API_BASE = _option("api_base", Annotated[str | None, typer.Option(
+    help="OpenAI-compatible server URL (vLLM, SGLang ...).")])
+DEVICE = _option("device", DeviceOpt)
+KEEP_GOING = _option("keep_going", Annotated[bool, typer.Option(
+    "--keep-going", help="Continue after reaching the target.")], False)
+MAX_COST = _option("max_cost", Annotated[float | None, typer.Option(help="Cost limit in USD.")])
+MAX_TIME = _option("max_time", Annotated[float | None, typer.Option(help="Time limit in seconds.")])
+RESUME = _option("resume", Annotated[Path | None, typer.Option(help="Continue the run in this run directory.")])
+ALLOW = _option("allow", AllowOpt)
+PRECISION = _option("precision", PrecisionOpt, "strict")
+RUNS_DIR = _option("runs_dir", Annotated[Path | None, typer.Option(
+    help="Where run directories go (.kcoder/runs beside the problem).")])
+PROFILE = _option("profile", Annotated[str | None, typer.Option(
+    help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent.")])
+TOOL_CALL = _option("tool_call", Annotated[ToolCallMode | None, typer.Option(
+    help="native, text or auto tool calling.")])
+COMMIT = _option("commit", Annotated[bool, typer.Option(
+    "--commit", help="Commit the best verified kernel to branch kcoder/<problem>.")], False)
+
+
 @app.command("eval")
 def eval_command(
-    problem: Path = typer.Argument(..., help="KernelBench-style problem file (Model, get_inputs, get_init_inputs)."),
-    candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew (kernels via load_inline)."),
-    device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
-    allow: str | None = typer.Option(None, help="Library ops the candidate may call: gemm,conv (cuBLAS/cuDNN)."),
-    precision: str = typer.Option("strict", help="strict (fp32 is fp32) or relaxed (TF32/bf16; baselines too)."),
-    stop_after: str = typer.Option("timing", help="build, verify or timing."),
+    problem: ProblemArg,
+    candidate: CandidateArg,
+    device: DeviceOpt = None,
+    allow: AllowOpt = None,
+    precision: PrecisionOpt = "strict",
+    stop_after: Stage = typer.Option("timing", help="build, verify or timing."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
-    budget: float = typer.Option(3.0, help="Seconds of measured time per implementation (at least 10 rounds)."),
+    budget: float = typer.Option(DEFAULT_BUDGET_S, help="Seconds of measured time per implementation "
+                                 "(at least 10 rounds)."),
     plain_build: bool = typer.Option(False, "--plain-build",
                                      help="Build exactly as plain load_inline does (no precompiled header)."),
-    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Build, verify and time CANDIDATE against PROBLEM; print the verdict."""
-    from kcoder.evaluate import EvalOptions, evaluate
+    from kcoder.evaluate import evaluate
     from kcoder.problem import ProblemError
 
-    options = EvalOptions(device=device or _default_device(), allow=_parse_allow(allow),
-                          precision=precision, stop_after=stop_after,
-                          compile_baseline=not no_compile, timing_budget_s=budget,
-                          fast_build=not plain_build)
+    settings = _settings(device, allow, precision=precision, stop_after=stop_after, no_compile=no_compile,
+                         budget=budget, plain_build=plain_build)
     try:
-        options.validate()
-        verdict = evaluate(problem, candidate, options)
+        settings.validate()
+        verdict = evaluate(problem, candidate, settings.eval_options())
     except (ProblemError, ValueError) as exc:
         _bad_input(str(exc), as_json)
         return
@@ -84,77 +144,17 @@ def eval_command(
     raise typer.Exit(0 if verdict.correct else 1)
 
 
-# Options shared by the agent commands (optimize, chat): one declaration each.
-AgentProblem = Annotated[Path, typer.Argument(help="KernelBench-style problem file; it is never modified.")]
-ModelOpt = Annotated[str | None, typer.Option(envvar="KCODER_MODEL",
-                                              help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME.")]
-ApiBaseOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server URL (vLLM, SGLang ...).")]
-DeviceOpt = Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda when a GPU is present).")]
-ResumeOpt = Annotated[Path | None, typer.Option(help="Continue the run in this run directory.")]
-AllowOpt = Annotated[str | None, typer.Option(help="Library ops the candidate may call: gemm,conv.")]
-PrecisionOpt = Annotated[str, typer.Option(help="strict or relaxed.")]
-RunsDirOpt = Annotated[Path | None, typer.Option(help="Where run directories go (.kcoder/runs beside the problem).")]
-ProfileOpt = Annotated[str | None, typer.Option(help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent.")]
-ToolCallOpt = Annotated[str | None, typer.Option(help="native, text or auto tool calling.")]
-
-
 @app.command("optimize")
-def optimize_command(
-    problem: AgentProblem,
-    model: ModelOpt = None,
-    api_base: ApiBaseOpt = None,
-    device: DeviceOpt = None,
-    target: float = typer.Option(1.05, help="Stop at a verified candidate this many times faster than torch.compile."),
-    keep_going: bool = typer.Option(False, "--keep-going", help="Continue after reaching the target."),
-    max_turns: int = typer.Option(200, help="Turn limit."),
-    max_cost: float | None = typer.Option(None, help="Cost limit in USD."),
-    max_time: float | None = typer.Option(None, help="Time limit in seconds."),
-    resume: ResumeOpt = None,
-    allow: AllowOpt = None,
-    precision: PrecisionOpt = "strict",
-    runs_dir: RunsDirOpt = None,
-    profile: ProfileOpt = None,
-    tool_call: ToolCallOpt = None,
-    commit: bool = typer.Option(False, "--commit", help="Commit the best verified kernel to branch kcoder/<problem>."),
-) -> None:
+@with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
+    help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
+    KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
+    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, COMMIT)
+def optimize_command(problem: ProblemArg, **options: Any) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
     from kcoder.agent.optimize import optimize
-    from kcoder.ui import console
+    from kcoder.ui import Output
 
-    out = console()
-    code = optimize(problem, model=model, api_base=api_base, device=device or _default_device(),
-                    target=target, keep_going=keep_going, max_turns=max_turns, max_cost=max_cost,
-                    max_time=max_time, resume=resume, allow=_parse_allow(allow), precision=precision,
-                    runs_dir=runs_dir, console=out, profile=profile, tool_call=tool_call)
-    if commit and code == 0:
-        code = _commit_best(problem, runs_dir, resume, out) or code
-    raise typer.Exit(code)
-
-
-def _commit_best(problem: Path, runs_dir: Path | None, resume: Path | None, out) -> int:
-    """Commit the newest run's best candidate; return 2 on a git problem (nothing is lost)."""
-    from kcoder.gitops import GitOpsError, commit_accepted
-    from kcoder.verdict import plain_build_ok
-
-    root = resume or max((runs_dir or problem.resolve().parent / ".kcoder" / "runs").glob(f"{problem.stem}-*"),
-                         key=lambda p: p.stat().st_mtime, default=None)
-    report_path = root / "report.json" if root else None
-    if not report_path or not report_path.exists():
-        out.print("[red]error:[/] no report to commit")
-        return 2
-    report = json.loads(report_path.read_text())
-    best = report.get("best") or {}
-    data = {**best, "model": report.get("model", ""), "problem": problem.stem}
-    md = root / "report.md"
-    try:
-        result = commit_accepted(problem, root / "best" / "model_new.py", data,
-                                 report_md=md.read_text() if md.exists() else None,
-                                 verdict_correct=bool(best.get("correct")) and plain_build_ok(best))
-    except GitOpsError as exc:
-        out.print(f"[red]error:[/] {exc}")
-        return 2
-    out.print(f"committed {result.commit[:10]} on branch {result.branch}")
-    return 0
+    raise typer.Exit(optimize(problem, _settings(**options), Output()))
 
 
 @app.command("skills")
@@ -211,17 +211,19 @@ def log_command(path: Path = typer.Argument(Path("."), help="A path inside the g
 
 @app.command("profile")
 def profile_command(
-    problem: Path = typer.Argument(..., help="KernelBench-style problem file (Model, get_inputs, get_init_inputs)."),
-    candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew (CUDA kernels via load_inline)."),
-    device: str = typer.Option("cuda", help="cuda: kernel profiling needs a CUDA GPU."),
+    problem: ProblemArg,
+    candidate: CandidateArg,
     full: bool = typer.Option(False, "--full", help="More ncu sections; every stall and rule; raw metrics in --json."),
     summary: bool = typer.Option(False, "--summary", help="Print the compact text the agent's profile tool returns."),
-    precision: str = typer.Option("strict", help="strict (TF32 off) or relaxed (TF32 allowed)."),
+    precision: PrecisionOpt = "strict",
     ncu: str | None = typer.Option(None, help="The ncu binary (default: $KCODER_NCU, PATH, $CUDA_HOME/bin)."),
     ncu_timeout: float = typer.Option(300.0, help="Seconds before ncu and the profiled process are killed."),
     save_ncu: str | None = typer.Option(None, help="Keep ncu's output as PREFIX.ncu-rep, PREFIX_raw.csv, "
                                         "PREFIX_details.csv."),
-    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+    as_json: JsonOpt = False,
+    # Kernel profiling is cuda only, so the option is not offered; it stays accepted so that
+    # `--device cpu` gets an error that says what to do instead.
+    device: str = typer.Option("cuda", hidden=True),
 ) -> None:
     """Profile CANDIDATE's kernels: Nsight Compute metrics per kernel, roofline against the
     measured device, ptxas resources; a torch.profiler timeline when ncu cannot run."""
@@ -250,32 +252,17 @@ def profile_command(
 
 
 @app.command("chat")
-def chat_command(
-    problem: AgentProblem,
-    model: ModelOpt = None,
-    api_base: ApiBaseOpt = None,
-    device: DeviceOpt = None,
-    target: float = typer.Option(1.05, help="Speed-up over torch.compile that counts as reaching the target."),
-    max_turns: int = typer.Option(30, help="Model turns per message before the model must hand back."),
-    max_cost: float | None = typer.Option(None, help="Cost limit for the session in USD."),
-    resume: ResumeOpt = None,
-    allow: AllowOpt = None,
-    precision: PrecisionOpt = "strict",
-    runs_dir: RunsDirOpt = None,
-    profile: ProfileOpt = None,
-    tool_call: ToolCallOpt = None,
-) -> None:
+@with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
+    help="Speed-up over torch.compile that counts as reaching the target.")], DEFAULT_TARGET),
+    _option("max_turns", Annotated[int, typer.Option(
+        help="Model turns per message before the model must hand back.")], 30),
+    MAX_COST, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL)
+def chat_command(problem: ProblemArg, **options: Any) -> None:
     """Refine kernels for PROBLEM in conversation; /help lists the slash commands (/eval, /commit ...)."""
     from kcoder.chat.repl import run_chat
-    from kcoder.chat.session import Settings
-    from kcoder.evaluate.options import EvalOptions
 
-    settings = Settings(model=model, api_base=api_base, profile=profile, tool_call=tool_call,
-                        target=target, max_cost=max_cost, turns_per_message=max(1, max_turns),
-                        runs_dir=runs_dir)
-    options = EvalOptions(device=device or _default_device(), allow=_parse_allow(allow),
-                          precision=precision)
-    raise typer.Exit(run_chat(problem, settings, options, resume=resume))
+    options["max_turns"] = max(1, options["max_turns"])
+    raise typer.Exit(run_chat(problem, _settings(**options)))
 
 
 def main() -> None:

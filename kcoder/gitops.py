@@ -5,7 +5,8 @@ the user's HEAD, current branch, index and working tree are never read into or w
 Each commit kcoder makes is logged in `<git-common-dir>/kcoder/commits.jsonl`, which is what
 lets `undo_last` remove exactly kcoder's last commit and nothing a human made.
 
-gitpython is imported lazily so that importing this module (or the CLI) stays cheap.
+A repository is a gitpython `git.Repo`; the commands that write go through its `git` command
+object. gitpython is imported lazily so that importing this module (or the CLI) stays cheap.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import git
 
 KCODER_IDENTITY = ("kcoder", "kcoder@localhost")
 TRAILER_PREFIX = "Kcoder-"
@@ -63,59 +67,69 @@ class AcceptedKernel:
     trailers: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class _Repo:
-    root: Path  # top of the working tree
-    common_dir: Path  # shared git dir (same for all worktrees, like the branches themselves)
-
-    @property
-    def log(self) -> Path:
-        return self.common_dir / "kcoder" / "commits.jsonl"
-
-
-def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Run `git <args>` in `repo` and return stdout; failures become GitOpsError."""
+def _gitpython() -> Any:
     try:
         import git  # gitpython; lazy so the CLI does not pay for it at startup
     except ImportError as e:  # also raised when no git executable is found
         raise GitOpsError(f"gitpython/git is not available: {e}") from e
+    return git
+
+
+def _run(command: git.Git, args: tuple[str, ...], env: dict[str, str] | None = None) -> str:
+    """Run `git <args>` through gitpython's command object and return stdout; failures
+    become GitOpsError."""
+    git = _gitpython()
     try:
-        return git.Git(str(repo)).execute(["git", *args], env=env)
+        return command.execute(["git", *args], env=env)
     except git.GitCommandError as e:
         err = (e.stderr or "").strip().removeprefix("stderr:").strip().strip("'")
         raise GitOpsError(f"git {' '.join(args[:2])} failed: {err or e}") from e
 
 
-def _find_repo(path: Path) -> _Repo:
-    """Locate the work tree containing `path` (a file or directory)."""
+def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None) -> str:
+    """`git <args>` in `repo`'s work tree (see _run)."""
+    return _run(repo.git, args, env)
+
+
+def _root(repo: git.Repo) -> Path:
+    """The top of the work tree."""
+    return Path(repo.working_tree_dir).resolve()
+
+
+def _log_path(repo: git.Repo) -> Path:
+    # In the common dir: shared by all worktrees, like the branches themselves.
+    return Path(repo.common_dir).resolve() / "kcoder" / "commits.jsonl"
+
+
+def _find_repo(path: Path) -> git.Repo:
+    """The repository whose work tree contains `path` (a file or directory)."""
     p = Path(path).expanduser().resolve()
     start = p if p.is_dir() else p.parent
-    hint = (
-        f"{p} is not inside a git repository; run `git init` there, or pass --no-commit / "
-        "copy .kcoder/runs/<run>/best/model_new.py yourself"
-    )
+    hint = (f"{p} is not inside a git repository; run `git init` there, or copy "
+            ".kcoder/runs/<run>/best/model_new.py yourself")
     if not start.is_dir():
         raise GitOpsError(hint)
+    git = _gitpython()
     try:
-        # rev-parse (not gitpython's own search) so GIT_CEILING_DIRECTORIES etc. are honoured.
-        top, common = _git(start, "rev-parse", "--show-toplevel", "--git-common-dir").splitlines()
-    except (GitOpsError, ValueError) as e:
+        # rev-parse, not gitpython's own search: it honours GIT_CEILING_DIRECTORIES etc.
+        top = _run(git.Git(str(start)), ("rev-parse", "--show-toplevel"))
+        return git.Repo(top)
+    except (GitOpsError, git.InvalidGitRepositoryError, git.NoSuchPathError) as e:
         raise GitOpsError(f"{hint} ({e})") from e
-    return _Repo(Path(top).resolve(), (start / common).resolve())
 
 
-def _rev(repo: _Repo, rev: str) -> str | None:
+def _rev(repo: git.Repo, rev: str) -> str | None:
     """Commit hash of `rev`, or None if it does not exist."""
     try:
-        return _git(repo.root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}") or None
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}") or None
     except GitOpsError:
         return None
 
 
-def _refuse_if_checked_out(repo: _Repo, ref: str) -> None:
+def _refuse_if_checked_out(repo: git.Repo, ref: str) -> None:
     # Moving a branch that some worktree has checked out would silently change that
     # checkout's HEAD commit (and make its index look modified), so never do it.
-    listing = _git(repo.root, "worktree", "list", "--porcelain")
+    listing = _git(repo, "worktree", "list", "--porcelain")
     if f"branch {ref}" in listing.splitlines():
         raise GitOpsError(
             f"{ref.removeprefix('refs/heads/')} is checked out; switch to another branch first "
@@ -151,11 +165,11 @@ def build_message(stem: str, report: dict[str, Any], model_rel: str) -> str:
     return f"kcoder: {stem} {summary} ({device})\n\n{intro}\n\n{body}\n\n{trailers}\n"
 
 
-def _identity_env(repo: _Repo) -> dict[str, str]:
+def _identity_env(repo: git.Repo) -> dict[str, str]:
     """Env for commit-tree: kcoder's identity only where the user has none configured."""
     def configured(key: str) -> bool:
         try:
-            return bool(_git(repo.root, "config", "--get", key))
+            return bool(_git(repo, "config", "--get", key))
         except GitOpsError:  # exit code 1: not set
             return False
 
@@ -170,17 +184,19 @@ def _identity_env(repo: _Repo) -> dict[str, str]:
     return env
 
 
-def _append_log(repo: _Repo, record: dict[str, Any]) -> None:
-    repo.log.parent.mkdir(parents=True, exist_ok=True)
+def _append_log(repo: git.Repo, record: dict[str, Any]) -> None:
+    log = _log_path(repo)
+    log.parent.mkdir(parents=True, exist_ok=True)
     record = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), **record}
-    with repo.log.open("a", encoding="utf-8") as f:
+    with log.open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 
 
-def _live_commits(repo: _Repo) -> list[dict[str, Any]]:
+def _live_commits(repo: git.Repo) -> list[dict[str, Any]]:
     """kcoder's commits not undone yet, oldest first (replaying the append-only log)."""
     live: list[dict[str, Any]] = []
-    lines = repo.log.read_text(encoding="utf-8").splitlines() if repo.log.exists() else []
+    log = _log_path(repo)
+    lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     for line in lines:
         try:
             rec = json.loads(line)
@@ -220,12 +236,12 @@ def commit_accepted(
     branch = f"kcoder/{stem}"
     ref = f"refs/heads/{branch}"
     try:
-        _git(repo.root, "check-ref-format", ref)
+        _git(repo, "check-ref-format", ref)
     except GitOpsError as e:
         raise GitOpsError(f"cannot name a branch after {model_path.name!r}: {branch}") from e
     _refuse_if_checked_out(repo, ref)
 
-    rel = model_path.expanduser().resolve().relative_to(repo.root)
+    rel = model_path.expanduser().resolve().relative_to(_root(repo))
     model_rel, prefix = rel.as_posix(), (rel.parent / "kcoder" / stem).as_posix() + "/"
 
     old = _rev(repo, ref)
@@ -241,22 +257,22 @@ def commit_accepted(
         (t / "message").write_text(message)
         # A private index: the user's .git/index (and staged changes) is never opened.
         env = {"GIT_INDEX_FILE": str(t / "index")}
-        _git(repo.root, "read-tree", f"{parent}^{{tree}}" if parent else "--empty", env=env)
+        _git(repo, "read-tree", f"{parent}^{{tree}}" if parent else "--empty", env=env)
         files = []
         for name, src in sources.items():
             # --no-filters: store the exact bytes that were verified, not a converted copy.
-            blob = _git(repo.root, "hash-object", "-w", "--no-filters", "--", str(src))
+            blob = _git(repo, "hash-object", "-w", "--no-filters", "--", str(src))
             path = prefix + name
-            _git(repo.root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}",
+            _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}",
                  env=env)
             files.append(path)
-        tree = _git(repo.root, "write-tree", env=env)
+        tree = _git(repo, "write-tree", env=env)
         parents = ["-p", parent] if parent else []
-        commit = _git(repo.root, "commit-tree", tree, *parents, "-F", str(t / "message"),
+        commit = _git(repo, "commit-tree", tree, *parents, "-F", str(t / "message"),
                       env=_identity_env(repo))
     # Passing the old value makes this a compare-and-swap: a concurrent move of the branch
     # makes us fail instead of silently dropping someone's commit.
-    _git(repo.root, "update-ref", "-m", f"kcoder: commit {stem}", ref, commit, old or _ZERO)
+    _git(repo, "update-ref", "-m", f"kcoder: commit {stem}", ref, commit, old or _ZERO)
     _append_log(repo, {"action": "commit", "commit": commit, "branch": branch,
                        "previous": old, "files": files})
     return CommitResult(branch=branch, commit=commit, files=files, message=message)
@@ -271,7 +287,7 @@ def undo_last(repo_path: Path) -> UndoResult:
     repo = _find_repo(Path(repo_path))
     live = _live_commits(repo)
     if not live:
-        raise GitOpsError(f"kcoder has made no commits in {repo.root} that could be undone")
+        raise GitOpsError(f"kcoder has made no commits in {_root(repo)} that could be undone")
     rec = live[-1]
     branch, commit, previous = rec["branch"], rec["commit"], rec.get("previous")
     ref = f"refs/heads/{branch}"
@@ -284,9 +300,9 @@ def undo_last(repo_path: Path) -> UndoResult:
         )
     _refuse_if_checked_out(repo, ref)
     if previous:
-        _git(repo.root, "update-ref", "-m", "kcoder: undo", ref, previous, commit)
+        _git(repo, "update-ref", "-m", "kcoder: undo", ref, previous, commit)
     else:
-        _git(repo.root, "update-ref", "-d", ref, commit)  # kcoder created it: delete it
+        _git(repo, "update-ref", "-d", ref, commit)  # kcoder created it: delete it
     _append_log(repo, {"action": "undo", "commit": commit, "branch": branch,
                        "restored_to": previous})
     return UndoResult(branch=branch, removed_commit=commit, restored_to=previous)
@@ -313,13 +329,13 @@ def _num(text: str | None, kind: type) -> Any:
 def list_accepted(path: Path) -> list[AcceptedKernel]:
     """Every kcoder commit on `kcoder/*` branches of the repo containing `path`, newest first."""
     repo = _find_repo(Path(path))
-    refs = _git(repo.root, "for-each-ref", "--format=%(refname)", "refs/heads/kcoder/")
-    if not refs.strip():
+    refs = [head.path for head in repo.heads if head.name.startswith("kcoder/")]
+    if not refs:
         return []
     # --source attributes each commit to the branch it was reached from; --grep prunes the
     # (possibly huge) user history that the branches share with HEAD.
-    out = _git(repo.root, "log", "--source", "--grep=^Kcoder-Reward:",
-               "--format=%H%x1f%S%x1f%cI%x1f%s%x1f%B%x1e", *refs.split(), "--")
+    out = _git(repo, "log", "--source", "--grep=^Kcoder-Reward:",
+               "--format=%H%x1f%S%x1f%cI%x1f%s%x1f%B%x1e", *refs, "--")
     found = []
     for entry in out.split("\x1e"):
         fields = entry.strip("\n").split("\x1f")

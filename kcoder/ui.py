@@ -1,4 +1,5 @@
-"""Terminal rendering: verdict tables, code, diffs, streamed Markdown, a live status line.
+"""Terminal rendering: verdict tables, code, diffs, streamed Markdown, a live status line, and
+the Output object that run and chat print through.
 
 Everything goes through a rich Console made by `console()`, which respects NO_COLOR.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,9 +16,13 @@ from kcoder.verdict import Verdict
 
 
 def console(stderr: bool = False) -> Any:
+    """A rich Console (NO_COLOR respected, no automatic highlighting)."""
     from rich.console import Console
 
     return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+
+
+_new_console = console  # for Output, whose `console` argument hides the function
 
 
 def _us(value: float | None, spread: float | None = None) -> str:
@@ -184,33 +189,85 @@ class MarkdownStream:
             self._printed = stable
 
 
-class Elapsed:
-    """A status text that shows the seconds since it was made, each time it is drawn."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.started = time.monotonic()
-
-    @property
-    def seconds(self) -> float:
-        return time.monotonic() - self.started
-
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text.assemble(self.label, (f"  {self.seconds:.0f} s", "dim"))
-
-
 @contextmanager
-def live_status(console: Any, label: str) -> Iterator[Elapsed]:
+def live_status(console: Any, label: str) -> Iterator[None]:
     """A spinner line with the elapsed time while a long step (build, verify, timing) runs;
-    on a non-terminal it prints `label` once instead. Yields the Elapsed timer."""
-    timer = Elapsed(label)
+    on a non-terminal it prints `label` once instead."""
+    from rich.text import Text
+
     if not console.is_terminal:
+        console.print(Text(f"{label} …", style="dim"))
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn("dots"), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        progress.add_task(label, total=None)
+        yield
+
+
+class Output:
+    """Everything a run or a chat prints: the model's streamed reply (as Markdown), notes,
+    warnings, errors, tables and live status lines, on one rich Console. Printing anything
+    first ends the streamed reply, so the two never interleave."""
+
+    def __init__(self, console: Any = None) -> None:
+        self.console = console or _new_console()
+        self._stream: MarkdownStream | None = None
+
+    def print(self, *renderables: Any) -> None:
+        self.end_stream()
+        self.console.print(*renderables)
+
+    def print_text(self, text: str, style: str = "") -> None:
+        """Print plain text (never parsed as rich markup: code and paths hold [brackets])."""
         from rich.text import Text
 
-        console.print(Text(f"{label} …", style="dim"))
-        yield timer
-        return
-    with console.status(timer, spinner="dots"):
-        yield timer
+        self.end_stream()
+        self.console.print(Text(text, style=style))
+
+    def say(self, text: str) -> None:
+        self.print_text(text)
+
+    def note(self, text: str) -> None:
+        self.print_text(text, "dim")
+
+    def ok(self, text: str) -> None:
+        self.print_text(text, "green")
+
+    def warn(self, text: str) -> None:
+        self.print_text(text, "yellow")
+
+    def error(self, text: str) -> None:
+        from rich.text import Text
+
+        self.end_stream()
+        self.console.print(Text.assemble(("error: ", "bold red"), text))
+
+    def lines(self, rows: Iterable[tuple[str, str]], *, width: int = 12) -> None:
+        """Aligned `name  text` rows (help, lists)."""
+        from rich.text import Text
+
+        self.end_stream()
+        for name, text in rows:
+            self.console.print(Text.assemble((f"{name:<{width}}", "bold cyan"), " ", text))
+
+    def assistant_text(self, chunk: str) -> None:
+        """One streamed piece of the model's reply (rendered as Markdown)."""
+        if self._stream is None:
+            self._stream = MarkdownStream(self.console)
+        self._stream.write(chunk)
+
+    def end_stream(self) -> None:
+        """Finish the model's streamed reply, if one is open."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    @contextmanager
+    def status(self, label: str) -> Iterator[None]:
+        """A live status line with elapsed time (build, verify, timing take tens of seconds)."""
+        self.end_stream()
+        with live_status(self.console, label):
+            yield

@@ -51,7 +51,19 @@ class Verdict:
     speedup_vs_compile_ci: list[float] | None = None
     notes: list[str] = field(default_factory=list)
     log: str = ""  # trimmed compiler output or traceback, for people and for the agent
+    # "accepted" (correct), "rejected" (the candidate failed), "error" (kcoder's own failure:
+    # never charged to the candidate, reward 0).
+    status: str = "rejected"
+    sandbox: str = ""  # "bwrap" or "none": how the candidate's process was confined
+    # Device memory in MiB: the evaluation's peak (both processes) and a plain reference call's;
+    # footprint = one input set + the reference's output + the candidate's output.
+    peak_memory_mb: float | None = None
+    reference_peak_mb: float | None = None
+    footprint_mb: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    # The best candidate verified again, built as plain load_inline builds it: "verified", or
+    # why that failed; None when not checked (a --plain-build run, or not the best candidate).
+    plain_build: str | None = None
 
     def fail(self, stage: str, reason: str, log: str = "") -> Verdict:
         """Mark the verdict failed at `stage` with a one-line `reason`."""
@@ -59,6 +71,16 @@ class Verdict:
         self.correct = False
         self.reward = -1
         self.reason = reason.strip().splitlines()[0] if reason.strip() else "failed"
+        if log:
+            self.log = log
+        return self
+
+    def error(self, reason: str, log: str = "") -> Verdict:
+        """Mark the evaluation itself failed (kcoder's fault, not the candidate's)."""
+        self.status = "error"
+        self.correct = False
+        self.reward = 0
+        self.reason = f"evaluation error: {reason.strip().splitlines()[0] if reason.strip() else 'failed'}"
         if log:
             self.log = log
         return self
@@ -75,9 +97,10 @@ class Verdict:
         return cls(**known)
 
 
-def plain_build_ok(verdict: dict[str, Any]) -> bool:
-    """A saved verdict's "plain_build" check passed (or was never run: older runs, --plain-build)."""
-    return verdict.get("plain_build", "verified") == "verified"
+def plain_build_ok(verdict: Verdict | dict[str, Any]) -> bool:
+    """A verdict's "plain_build" check passed (or was never run: older runs, --plain-build)."""
+    value = verdict.get("plain_build") if isinstance(verdict, dict) else verdict.plain_build
+    return value in (None, "verified")
 
 
 def reward_for(correct: bool, speedup_vs_eager: float | None, speedup_vs_compile: float | None) -> int:

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcoder.paths import runs_root
+from kcoder.verdict import Verdict
+
 REFERENCE = "model.py"
 CANDIDATE = "model_new.py"
 TRAJECTORY = "trajectory.jsonl"
@@ -56,7 +59,7 @@ class Workspace:
         """Make a fresh run directory for `problem_path` and copy the reference in, read-only."""
         problem_path = Path(problem_path).resolve()
         source = problem_path.read_text(encoding="utf-8")
-        base = Path(runs_dir) if runs_dir else problem_path.parent / ".kcoder" / "runs"
+        base = Path(runs_dir) if runs_dir else runs_root(problem_path)
         stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
         root = base / f"{problem_path.stem}-{stamp}"
         n = 1
@@ -140,7 +143,7 @@ class Workspace:
 
     # --- candidates and best ----------------------------------------------------------------
     def snapshot(self, source_path: Path) -> Path:
-        """Copy a candidate into candidates/ under a numbered name the harness can import;
+        """Copy a candidate into candidates/ under a numbered name the evaluator can import;
         an identical earlier snapshot is reused."""
         folder = self.root / CANDIDATES_DIR
         folder.mkdir(exist_ok=True)
@@ -154,21 +157,22 @@ class Workspace:
         shutil.copyfile(source_path, dest)
         return dest
 
-    def save_best(self, source_path: Path, verdict: dict[str, Any]) -> Path:
+    def save_best(self, source_path: Path, verdict: Verdict) -> Path:
         """Keep `source_path` as the best verified candidate, with its verdict beside it."""
         self.best_dir.mkdir(exist_ok=True)
         dest = self.best_dir / CANDIDATE
         tmp = dest.with_suffix(".tmp")
         shutil.copyfile(source_path, tmp)
         os.replace(tmp, dest)  # atomic: a killed run never leaves half a best file
-        self._write_json(f"{BEST_DIR}/verdict.json", verdict)
+        self._write_json(f"{BEST_DIR}/verdict.json", verdict.to_dict())
         return dest
 
-    def best_verdict(self) -> dict[str, Any] | None:
+    def best_verdict(self) -> Verdict | None:
+        """The best verified candidate's verdict (also from runs of older kcoder versions)."""
         path = self.best_dir / "verdict.json"
         if not path.is_file() or not (self.best_dir / CANDIDATE).is_file():
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        return Verdict.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
     # --- trajectory -------------------------------------------------------------------------
     def append(self, record: dict[str, Any]) -> None:

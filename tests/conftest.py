@@ -1,23 +1,19 @@
-"""Shared fixtures. Tests share one kcoder build cache per run so each distinct kernel
-source is compiled once (a cold CPU build costs ~30-60 s on two cores). The cache is a fresh
-directory, never the user's ~/.cache/kcoder, so no run sees builds a previous run left;
-KCODER_TEST_CACHE names a directory to keep between local runs instead."""
+"""Shared fixtures and the test environment; shared helpers are in helpers.py.
+
+Tests share one kcoder build cache per run so each distinct kernel source is compiled once
+(a cold CPU build costs ~30-60 s on two cores). The cache is a fresh directory, never the
+user's ~/.cache/kcoder, so no run sees builds a previous run left; KCODER_TEST_CACHE names a
+directory to keep between local runs instead."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBLEMS = ROOT / "tests" / "problems"
-sys.path.insert(0, str(ROOT / "tests"))
 # Before litellm is first imported: no cost-map download, no proxy for 127.0.0.1.
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
@@ -26,15 +22,7 @@ os.environ["no_proxy"] = os.environ["NO_PROXY"]
 # Before any test builds: the CLI subprocesses inherit it as well.
 os.environ["KCODER_CACHE"] = os.environ.get("KCODER_TEST_CACHE") or tempfile.mkdtemp(prefix="kcoder-test-cache-")
 
-
-def fast_options(**overrides):
-    """EvalOptions with a short timing phase, for tests."""
-    from kcoder.evaluate import EvalOptions
-
-    base = dict(device="cpu", warmup=1, min_rounds=5, max_rounds=20, timing_budget_s=0.3,
-                audit_every=2)
-    base.update(overrides)
-    return EvalOptions(**base)
+from helpers import PROBLEMS, fast_options  # noqa: E402  (after the environment is set)
 
 
 @pytest.fixture
@@ -58,18 +46,6 @@ def evaluate_candidate(write_candidate):
         return evaluate(PROBLEMS / problem, write_candidate(source), fast_options(**options))
 
     return run
-
-
-def run_kcoder(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess."""
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "kcoder", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=full_env, timeout=900)
-
-
-def run_json(*args: str, **kwargs) -> tuple[int, dict]:
-    proc = run_kcoder(*args, "--json", **kwargs)
-    return proc.returncode, json.loads(proc.stdout)
 
 
 @pytest.fixture

@@ -30,17 +30,13 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     if ctx.options.device != "cuda":
         return Observation("profile needs the cuda target (a CUDA GPU); this run targets "
                            f"{ctx.options.device}. Use benchmark for timings.", ok=False)
-    # Tests and embedders may inject a profiler; the default imports the harness lazily.
-    profiler = ctx.extra.get("profile")
-    if profiler is None:
-        from kcoder.profile.profiler import profile_candidate as profiler
     from kcoder.problem import ProblemError
     from kcoder.profile.options import ProfileOptions
     from kcoder.profile.render import summary_text
 
     options = ProfileOptions(device="cuda", full=bool(args.get("full")), precision=ctx.options.precision)
     try:
-        report = profiler(ctx.workspace.reference, target, options)
+        report = ctx.profiler()(ctx.workspace.reference, target, options)
     except (ProblemError, ValueError) as exc:
         raise ToolError(str(exc)) from None
     text = summary_text(report, full=bool(args.get("full")))

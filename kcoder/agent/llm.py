@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
 TextCallback = Callable[[str], None]
 
 # ```tool / ```tool_call / ```json fences; the closing fence must start a line, so "```"
@@ -68,6 +70,30 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
     return line if len(line) <= limit else line[:limit] + "…"
+
+
+def _transient(litellm: Any, exc: BaseException) -> bool:
+    """Worth retrying: rate limits, timeouts, lost connections, 5xx from servers and gateways."""
+    if isinstance(exc, (litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
+                        litellm.ServiceUnavailableError, litellm.InternalServerError)):
+        return True
+    if isinstance(exc, (litellm.AuthenticationError, litellm.ContextWindowExceededError,
+                        litellm.BadRequestError, litellm.NotFoundError, litellm.PermissionDeniedError)):
+        return False
+    return isinstance(exc, litellm.APIError) and (getattr(exc, "status_code", 0) or 0) >= 500
+
+
+def shorten_arguments(arguments: Any, keep: int, shorten: Callable[[str], Any]) -> dict[str, Any] | str:
+    """A tool call's arguments with every string value passed through `shorten` (which keeps
+    short ones and replaces long ones, e.g. whole files); arguments that are not a JSON object
+    come back as their text cut to `keep` characters."""
+    try:
+        args = json.loads(arguments, strict=False) if isinstance(arguments, str) else arguments
+    except json.JSONDecodeError:
+        return str(arguments)[:keep]
+    if not isinstance(args, dict):
+        return str(arguments)[:keep]
+    return {k: shorten(v) if isinstance(v, str) else v for k, v in args.items()}
 
 
 def _litellm() -> Any:
@@ -129,7 +155,8 @@ class LLM:
     """A chat model reached through litellm.
 
     `on_text` receives assistant text as it streams; `on_notice` gets one-line notices
-    (retries). `sleep` is injectable so tests do not wait through backoff.
+    (retries). Transient errors are retried `max_retries` times, waiting `backoff_s` doubling
+    up to `max_backoff_s`; `sleep` is injectable so tests do not wait through backoff.
     """
 
     model: str
@@ -152,47 +179,47 @@ class LLM:
         """Send the conversation; return the reply. Retries transient errors with exponential
         backoff; raises LLMError (one line) for errors that retrying cannot fix."""
         litellm = _litellm()
+        retrying = Retrying(
+            retry=retry_if_exception(lambda exc: _transient(litellm, exc)),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
+            sleep=self.sleep, before_sleep=self._before_retry, reraise=True)
+        try:
+            return retrying(self._once, litellm, messages, tools)
+        except Exception as exc:
+            fatal = self._fatal(litellm, exc, retrying.statistics.get("attempt_number", 1))
+            if fatal is None:
+                raise
+            raise fatal from exc
 
-        retryable = (litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
-                     litellm.ServiceUnavailableError, litellm.InternalServerError)
-        for attempt in range(self.max_retries + 1):
-            try:
-                return self._once(litellm, messages, tools)
-            except retryable as exc:
-                self._retry_or_raise(attempt, exc)
-            except litellm.AuthenticationError as exc:
-                raise LLMError(f"{self.model}: authentication failed ({_one_line(exc)}); "
-                               "check the API key") from exc
-            except litellm.ContextWindowExceededError as exc:
-                raise LLMError(f"{self.model}: the conversation no longer fits the context window "
-                               f"({_one_line(exc)})") from exc
-            except (litellm.BadRequestError, litellm.NotFoundError,
-                    litellm.PermissionDeniedError) as exc:
-                raise LLMError(f"{self.model}: request refused: {_one_line(exc)}") from exc
-            except litellm.APIError as exc:
-                # Other 5xx from proxies/gateways are transient; anything else is not.
-                if (getattr(exc, "status_code", 0) or 0) >= 500:
-                    self._retry_or_raise(attempt, exc)
-                else:
-                    raise LLMError(f"{self.model}: {_one_line(exc)}") from exc
-        raise AssertionError("unreachable")  # the loop either returns or raises
-
-    def _retry_or_raise(self, attempt: int, exc: Exception) -> None:
-        if attempt >= self.max_retries:
-            raise LLMError(f"{self.model}: gave up after {attempt + 1} attempts: "
-                           f"{_one_line(exc)}") from exc
-        delay = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+    def _before_retry(self, state: RetryCallState) -> None:
         self.usage.retries += 1
-        if self.on_notice:
-            self.on_notice(f"{type(exc).__name__}: retrying in {delay:.0f} s "
-                           f"(attempt {attempt + 2}/{self.max_retries + 1})")
-        self.sleep(delay)
+        if self.on_notice and state.outcome is not None and state.next_action is not None:
+            self.on_notice(f"{type(state.outcome.exception()).__name__}: retrying in "
+                           f"{state.next_action.sleep:.0f} s (attempt {state.attempt_number + 1}/"
+                           f"{self.max_retries + 1})")
+
+    def _fatal(self, litellm: Any, exc: Exception, attempts: int) -> LLMError | None:
+        """The one-line LLMError for a failed request, or None for errors that are not the
+        model service's (they propagate unchanged)."""
+        if _transient(litellm, exc):
+            return LLMError(f"{self.model}: gave up after {attempts} attempts: {_one_line(exc)}")
+        if isinstance(exc, litellm.AuthenticationError):
+            return LLMError(f"{self.model}: authentication failed ({_one_line(exc)}); check the API key")
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return LLMError(f"{self.model}: the conversation no longer fits the context window "
+                            f"({_one_line(exc)})")
+        if isinstance(exc, (litellm.BadRequestError, litellm.NotFoundError, litellm.PermissionDeniedError)):
+            return LLMError(f"{self.model}: request refused: {_one_line(exc)}")
+        if isinstance(exc, litellm.APIError):
+            return LLMError(f"{self.model}: {_one_line(exc)}")
+        return None
 
     def _request_kwargs(self, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model, "messages": messages, "timeout": self.timeout_s,
-            # kcoder does its own retries; the client's would hide a 429 from our backoff.
+            # The client's own retries are off: they would hide a 429 from kcoder's backoff.
             "num_retries": 0, "max_retries": 0, "drop_params": True,
         }
         if self.api_base:

@@ -13,13 +13,15 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kcoder.agent import prompts
-from kcoder.agent.llm import LLM, LLMError, Reply, ToolCall, Usage
-from kcoder.agent.toolbox import Observation, Toolbox, ToolContext, format_verdict
+from kcoder.agent.llm import LLM, LLMError, Reply, ToolCall, Usage, shorten_arguments
+from kcoder.agent.toolbox import Observation, Toolbox, ToolContext, check_plain_build, judge_file
+from kcoder.settings import DEFAULT_TARGET
+from kcoder.verdict import Verdict
 
 EventHandler = Callable[[str, dict[str, Any]], None]
 
@@ -40,7 +42,7 @@ class AgentStop(Exception):
 class Limits:
     """When the run stops. target: required speedup_vs_compile of a verified candidate."""
 
-    target: float = 1.05
+    target: float = DEFAULT_TARGET
     keep_going: bool = False
     max_turns: int = 200
     max_cost: float | None = None
@@ -51,19 +53,21 @@ class Limits:
 
 @dataclass
 class RunResult:
+    """How a run (or a chat session so far) ended, with its best verified candidate's verdict."""
+
     status: str
     message: str
     turns: int
-    best: dict[str, Any] | None
+    best: Verdict | None
     target_reached: bool
     usage: Usage
     seconds: float
 
 
-def _rank(v: dict[str, Any]) -> tuple[bool, float, float]:
-    """Order verified verdicts: timed above untimed, then by speed-up over compile, eager."""
-    return (v.get("candidate_us") is not None, v.get("speedup_vs_compile") or 0.0,
-            v.get("speedup_vs_eager") or 0.0)
+def rank(v: Verdict) -> tuple[bool, float, float]:
+    """Sort key of verified verdicts, best last: timed above untimed (its speed-ups are
+    known and go into reports and commits), then by speed-up over torch.compile, then eager."""
+    return (v.candidate_us is not None, v.speedup_vs_compile or 0.0, v.speedup_vs_eager or 0.0)
 
 
 def _estimate_tokens(message: dict[str, Any]) -> int:
@@ -75,16 +79,11 @@ def _is_observation(m: dict[str, Any]) -> bool:
         m.get("role") == "user" and str(m.get("content", "")).startswith(prompts.OBSERVATION_PREFIX))
 
 
-def _shorten_args(arguments: str, keep: int = 200) -> str:
-    try:
-        args = json.loads(arguments, strict=False)
-    except json.JSONDecodeError:
-        return arguments[:keep]
-    if not isinstance(args, dict):
-        return arguments[:keep]
-    short = {k: (v[:keep] + f"…[trimmed {len(v) - keep} chars]" if isinstance(v, str)
-                 and len(v) > keep + 50 else v) for k, v in args.items()}
-    return json.dumps(short)
+def _trim_arguments(arguments: str, keep: int = 200) -> str:
+    """Old tool-call arguments for the model: long strings (whole files) cut to their start."""
+    short = shorten_arguments(arguments, keep, lambda v: v if len(v) <= keep + 50
+                              else v[:keep] + f"…[trimmed {len(v) - keep} chars]")
+    return short if isinstance(short, str) else json.dumps(short)
 
 
 def fit_context(messages: list[dict[str, Any]], budget: int, keep_recent: int = 6) -> list[dict[str, Any]]:
@@ -110,7 +109,7 @@ def fit_context(messages: list[dict[str, Any]], budget: int, keep_recent: int = 
         if len(content) > 600:
             m["content"] = content[:400] + "\n[trimmed old reasoning]"
         if m.get("tool_calls"):
-            m["tool_calls"] = [{**tc, "function": {**tc["function"], "arguments": _shorten_args(
+            m["tool_calls"] = [{**tc, "function": {**tc["function"], "arguments": _trim_arguments(
                 tc["function"]["arguments"])}} for tc in m["tool_calls"]]
 
     passes += [trim_observation, trim_assistant]
@@ -125,17 +124,23 @@ def fit_context(messages: list[dict[str, Any]], budget: int, keep_recent: int = 
 
 
 class Agent:
-    """One optimization run: a model, its tools, the workspace, and the limits."""
+    """One optimization run: a model, its tools, the workspace, and the limits.
+
+    Made by kcoder.agent.assemble.build_agent. `system_prompt` opens a fresh conversation;
+    `meta` (model, profile, tool mode, device, target ...) heads each session's start record.
+    """
 
     def __init__(self, llm: LLM, toolbox: Toolbox, ctx: ToolContext, limits: Limits, *,
-                 context_budget: int = 100_000, on_event: EventHandler | None = None) -> None:
+                 context_budget: int = 100_000, on_event: EventHandler | None = None,
+                 system_prompt: str = "", meta: dict[str, Any] | None = None) -> None:
         self.llm, self.toolbox, self.ctx, self.limits = llm, toolbox, ctx, limits
         self.ws = ctx.workspace
         self.context_budget = context_budget
         self.on_event = on_event or (lambda kind, data: None)
+        self.system_prompt, self.meta = system_prompt, meta or {}
         self.messages: list[dict[str, Any]] = []
         self.turns = 0
-        self.best: dict[str, Any] | None = None
+        self.best: Verdict | None = None
         self.best_candidate: Path | None = None
         self.target_reached = False
         self._fail_key: str | None = None
@@ -146,15 +151,17 @@ class Agent:
 
     # --- history ----------------------------------------------------------------------------
     def add(self, message: dict[str, Any]) -> None:
+        """Append a message to the history and, at once, to the trajectory."""
         self.messages.append(message)
         self.ws.append({"type": "message", "turn": self.turns, "message": message})
 
-    def start(self, system: str, task: str, meta: dict[str, Any]) -> None:
-        self.ws.append({"type": "start", **meta})
-        self.add({"role": "system", "content": system})
+    def start(self, task: str) -> None:
+        """Begin a fresh conversation: the system prompt, then `task` from the user."""
+        self.ws.append({"type": "start", **self.meta})
+        self.add({"role": "system", "content": self.system_prompt})
         self.add({"role": "user", "content": task})
 
-    def resume(self, meta: dict[str, Any]) -> None:
+    def resume(self) -> None:
         """Continue from the trajectory: messages, turns, usage and best candidate."""
         records = self.ws.read_trajectory()
         # A conversation begins at its last fresh start (chat's /clear starts a new one).
@@ -167,12 +174,8 @@ class Agent:
         usage = [r for r in records if r.get("type") == "usage"]
         if usage:
             self._usage_base.add(usage[-1]["totals"])
-        self.best = self.ws.best_verdict()
-        if self.best:
-            self.best_candidate = self.ws.best_dir / "model_new.py"
-            reached = self.best.get("speedup_vs_compile")
-            self.target_reached = reached is not None and reached >= self.limits.target
-        self.ws.append({"type": "start", "resumed": True, **meta})
+        self.restore_best()
+        self.ws.append({"type": "start", "resumed": True, **self.meta})
         self.answer_unanswered(prompts.NOT_RUN)  # killed mid-step: every call needs an answer
         self.add({"role": "user", "content": prompts.RESUMED})
 
@@ -186,10 +189,23 @@ class Agent:
             self.add({"role": "tool", "tool_call_id": tc["id"], "content": text})
         return len(missing)
 
-    def set_llm(self, llm: LLM) -> None:
-        """Switch models mid-session; usage so far stays counted."""
-        self._usage_base.add(vars(self.llm.usage))
-        self.llm = llm
+    def restore_best(self) -> None:
+        """Take the run directory's best verified candidate (after a resume) as this run's."""
+        self.best = self.ws.best_verdict()
+        if self.best:
+            self.best_candidate = self.ws.best_dir / "model_new.py"
+            reached = self.best.speedup_vs_compile
+            self.target_reached = reached is not None and reached >= self.limits.target
+
+    def carry_over(self, previous: Agent) -> None:
+        """Continue `previous`'s session (chat's model switch): conversation, turns, best
+        candidate and usage; this agent's system prompt replaces the old one."""
+        self.messages, self.turns = previous.messages, previous.turns
+        self.best, self.best_candidate = previous.best, previous.best_candidate
+        self.target_reached, self._started = previous.target_reached, previous._started
+        self._usage_base.add(vars(previous.usage()))
+        if self.messages:  # the tool protocol may differ: the new model gets its own rules
+            self.messages[0] = {"role": "system", "content": self.system_prompt}
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -222,12 +238,14 @@ class Agent:
                 self.add({"role": "user", "content": str(exc)})
 
     def usage(self) -> Usage:
+        """Tokens, calls and cost of the whole run (earlier sessions and models included)."""
         total = Usage()
         total.add(vars(self._usage_base))
         total.add(vars(self.llm.usage))
         return total
 
     def check_limits(self) -> None:
+        """AgentStop when a turn, cost or time limit is reached."""
         lim = self.limits
         if self.turns >= lim.max_turns:
             raise AgentStop("turn_limit", f"turn limit reached ({lim.max_turns} turns)")
@@ -238,11 +256,13 @@ class Agent:
             raise AgentStop("time_limit", f"time limit reached ({lim.max_time:.0f} s)")
 
     def step(self) -> None:
+        """One turn: ask the model, then run its tool calls."""
         self.check_limits()
         reply = self.query()
         self.execute(reply)
 
     def query(self) -> Reply:
+        """Ask the model (FormatError when the reply has no usable tool call)."""
         self.turns += 1
         self.on_event("turn", {"turn": self.turns})
         try:
@@ -259,6 +279,7 @@ class Agent:
         return reply
 
     def execute(self, reply: Reply) -> None:
+        """Run the reply's tool calls in order and answer each; a stop skips the rest."""
         native = bool(reply.message.get("tool_calls"))
         stop: AgentStop | None = None
         text_results = []
@@ -309,13 +330,12 @@ class Agent:
     def consider(self, tool: str, obs: Observation) -> AgentStop | None:
         """Record a verdict; keep the candidate if it is the best verified one; check target."""
         verdict, candidate = obs.verdict, obs.candidate
-        data = verdict.to_dict()
         self.ws.append({"type": "verdict", "tool": tool, "candidate": self.ws.relative(candidate),
-                        "verdict": data})
+                        "verdict": verdict.to_dict()})
         if not verdict.correct:
             return None
-        if self.best is None or _rank(data) > _rank(self.best):
-            self.best, self.best_candidate = data, self.ws.save_best(candidate, data)
+        if self.best is None or rank(verdict) > rank(self.best):
+            self.best, self.best_candidate = verdict, self.ws.save_best(candidate, verdict)
         s = verdict.speedup_vs_compile
         if s is None or s < self.limits.target:
             return None
@@ -330,33 +350,17 @@ class Agent:
 
     def time_best(self) -> None:
         """If the best candidate was verified but never timed, time it for the report."""
-        if not self.best or self.best.get("candidate_us") is not None or not self.best_candidate:
+        if not self.best or self.best.candidate_us is not None or not self.best_candidate:
             return
-        evaluate = self.ctx.evaluate
-        if evaluate is None:
-            from kcoder.evaluate import evaluate
         self.on_event("notice", {"text": "timing the best verified candidate for the report"})
-        snapshot = self.ws.snapshot(self.best_candidate)
-        verdict = evaluate(self.ws.reference, snapshot, replace(self.ctx.options, stop_after="timing"))
-        obs = Observation(format_verdict(verdict), ok=verdict.correct, verdict=verdict,
-                          candidate=snapshot)
-        self.consider("final-timing", obs)
+        self.consider("final-timing", judge_file(self.ctx, self.best_candidate, "timing"))
 
     def check_plain_build(self) -> None:
-        """Verify the best candidate again, built exactly as plain load_inline builds it.
-
-        Every turn's build took kcoder's faster path (fastbuild); the candidate a user takes
-        away must not rest on it. The result lands in the best verdict as "plain_build":
-        "verified", or the reason it failed (then it is not committed and the run exits 1)."""
+        """Verify the best candidate again, built exactly as plain load_inline builds it: every
+        turn's build took kcoder's faster path. A failure lands in the best verdict's
+        plain_build (then it is not committed and the run exits 1)."""
         if not self.best or not self.best_candidate or not self.ctx.options.fast_build:
             return
-        evaluate = self.ctx.evaluate
-        if evaluate is None:
-            from kcoder.evaluate import evaluate
         self.on_event("notice", {"text": "verifying the best candidate as plain load_inline builds it"})
-        snapshot = self.ws.snapshot(self.best_candidate)
-        verdict = evaluate(self.ws.reference, snapshot, self.ctx.options.plain_build_check())
-        self.ws.append({"type": "plain_build", "candidate": self.ws.relative(snapshot),
-                        "verdict": verdict.to_dict()})
-        self.best = {**self.best, "plain_build": "verified" if verdict.correct else verdict.reason}
+        self.best = check_plain_build(self.ctx, self.best_candidate, self.best)
         self.ws.save_best(self.best_candidate, self.best)

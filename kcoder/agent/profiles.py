@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kcoder.settings import TOOL_CALL_MODES
+
 PROFILES_FILE = Path(__file__).with_name("profiles.json")
-TOOL_CALL_MODES = ("native", "text", "auto")
 
 
 @dataclass(frozen=True)

@@ -82,12 +82,33 @@ def system_prompt(*, device: str, target: float, allow: list[str], precision: st
     return "\n\n".join(parts)
 
 
+# The cuda-agent profile speaks the CUDA Agent environment's commands through `bash`.
+CUDA_AGENT_NOTE = """\
+In this environment the bash tool maps `bash utils/compile.sh` to compile,
+`python3 -m utils.verification` to verify and `python3 -m utils.profiling` to benchmark;
+there is no other shell. The candidate is the single file model_new.py (no kernels/ folder,
+no binding.cpp): put the CUDA sources in load_inline inside it."""
+
+CHAT_NOTE = """\
+This is an interactive session: the user sends requests one at a time. Work on the current
+request with the tools. When it is done, or when you need the user's answer, reply with
+plain text and no tool call: that hands the turn back to the user (finish does too). The
+user can also run the evaluator; its verdicts are quoted in their messages. Be brief."""
+
+
 def task_prompt(reference_source: str, device: str) -> str:
     """The first user message: the problem itself."""
     return (f"Optimize this module for the {device} target. The reference, model.py:\n\n"
             f"```python\n{reference_source.rstrip()}\n```\n\n"
             "Begin by loading the main workflow skill, then analyze the module and write "
             "model_new.py.")
+
+
+def chat_task(reference_source: str, device: str) -> str:
+    """The opening of a chat's first user message: the problem, then the user's request."""
+    return (f"We are optimizing this module for the {device} target. The reference, model.py:"
+            f"\n\n```python\n{reference_source.rstrip()}\n```\n\nThe candidate is model_new.py in "
+            "the workspace. The user's request:\n\n")
 
 
 def observation_message(tool: str, text: str) -> str:

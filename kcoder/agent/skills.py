@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 import kcoder
 
 BUNDLED_DIR = kcoder.bundled_path("skills")
@@ -56,16 +58,7 @@ def split_front_matter(text: str) -> tuple[str | None, str]:
 
 
 def _parse_yaml(text: str) -> dict[str, Any]:
-    """YAML via PyYAML (a litellm dependency); a `key: value` fallback keeps skills usable."""
-    try:
-        import yaml
-    except ImportError:
-        data: dict[str, Any] = {}
-        for line in text.splitlines():
-            if ":" in line and not line.startswith((" ", "\t", "#")):
-                key, _, value = line.partition(":")
-                data[key.strip()] = value.strip().strip("'\"")
-        return data
+    """The front matter as a mapping; ValueError / TypeError say what is wrong with it."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

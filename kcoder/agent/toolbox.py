@@ -25,6 +25,8 @@ from kcoder.workspace import CANDIDATE, Workspace, WorkspaceError
 if TYPE_CHECKING:
     from kcoder.agent.skills import SkillCatalog
     from kcoder.evaluate.options import EvalOptions
+    from kcoder.profile.options import ProfileOptions
+    from kcoder.profile.profiler import ProfileReport
     from kcoder.verdict import Verdict
 
 TOOLS_DIR = kcoder.bundled_path("tools")
@@ -52,18 +54,46 @@ class Observation:
 
 
 Evaluator = Callable[[Path, Path, "EvalOptions"], "Verdict"]
+Profiler = Callable[[Path, Path, "ProfileOptions"], "ProfileReport"]
+
+
+# The judge and the profiler are imported on first use, so that discovering or listing the
+# tools (`kcoder skills`, other agents) does not load them.
+def run_evaluator(problem: Path, candidate: Path, options: EvalOptions) -> Verdict:
+    """kcoder's judge, kcoder.evaluate.evaluate: the evaluator unless one is injected."""
+    from kcoder.evaluate import evaluate
+
+    return evaluate(problem, candidate, options)
+
+
+def run_profiler(problem: Path, candidate: Path, options: ProfileOptions) -> ProfileReport:
+    """kcoder.profile.profiler.profile_candidate: the profiler unless one is injected."""
+    from kcoder.profile.profiler import profile_candidate
+
+    return profile_candidate(problem, candidate, options)
 
 
 @dataclass
 class ToolContext:
-    """What tools may touch: the workspace, evaluation options, the evaluator, the skills."""
+    """What tools may touch: the workspace, evaluation options, the evaluator, the skills.
+
+    `evaluate` replaces kcoder's judge (tests, chat's status line); `extra["profile"]`
+    replaces the profiler the same way."""
 
     workspace: Workspace
     options: EvalOptions
     skills: SkillCatalog | None = None
-    evaluate: Evaluator | None = None  # None: kcoder.evaluate.evaluate, imported when first used
+    evaluate: Evaluator | None = None
     max_output_chars: int = MAX_OUTPUT_CHARS
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def evaluator(self) -> Evaluator:
+        """The evaluator to call: the injected one, else kcoder's judge."""
+        return self.evaluate or run_evaluator
+
+    def profiler(self) -> Profiler:
+        """The profiler to call: the injected one, else kcoder's."""
+        return self.extra.get("profile") or run_profiler
 
 
 @dataclass
@@ -249,19 +279,36 @@ def stage_passed(v: Verdict, stop_after: str) -> bool:
 
 
 def evaluate_candidate(args: dict[str, Any], ctx: ToolContext, stop_after: str) -> Observation:
-    """Snapshot the candidate and run the evaluator on it up to `stop_after`."""
+    """Run the evaluator on the workspace file `args["path"]` (default the candidate) up to
+    `stop_after`."""
     target = ctx.workspace.resolve(args.get("path") or CANDIDATE)
     if not target.is_file():
         raise ToolError(f"{ctx.workspace.relative(target)} does not exist; write it first")
-    snapshot = ctx.workspace.snapshot(target)
-    evaluate = ctx.evaluate
-    if evaluate is None:
-        from kcoder.evaluate import evaluate  # lazy: the harness imports torch
-    options = replace(ctx.options, stop_after=stop_after)
+    return judge_file(ctx, target, stop_after)
+
+
+def judge_file(ctx: ToolContext, path: Path, stop_after: str) -> Observation:
+    """Snapshot `path` into the workspace and run the evaluator on the snapshot up to
+    `stop_after`; the observation carries the verdict and the snapshot."""
+    snapshot = ctx.workspace.snapshot(path)
     started = time.monotonic()
-    verdict = evaluate(ctx.workspace.reference, snapshot, options)
+    verdict = ctx.evaluator()(ctx.workspace.reference, snapshot, replace(ctx.options, stop_after=stop_after))
     took = time.monotonic() - started
-    text = (format_verdict(verdict, stop_after) + f"\n(candidate {ctx.workspace.relative(target)}"
+    text = (format_verdict(verdict, stop_after) + f"\n(candidate {ctx.workspace.relative(path)}"
             f", judged as {ctx.workspace.relative(snapshot)}, {took:.1f} s)")
     return Observation(text, ok=stage_passed(verdict, stop_after), verdict=verdict,
                        candidate=snapshot)
+
+
+def check_plain_build(ctx: ToolContext, candidate: Path, verdict: Verdict) -> Verdict:
+    """`verdict` (of `candidate`) with its plain_build field set: the candidate verified again,
+    built exactly as plain load_inline builds it, not through kcoder's faster build path. What
+    a user takes away or commits must not rest on that path. Skipped when the run already
+    builds plainly or the check passed before; the check is recorded in the trajectory."""
+    if not ctx.options.fast_build or verdict.plain_build == "verified":
+        return verdict
+    snapshot = ctx.workspace.snapshot(candidate)
+    plain = ctx.evaluator()(ctx.workspace.reference, snapshot, ctx.options.plain_build_check())
+    ctx.workspace.append({"type": "plain_build", "candidate": ctx.workspace.relative(snapshot),
+                          "verdict": plain.to_dict()})
+    return replace(verdict, plain_build="verified" if plain.correct else plain.reason)

@@ -19,10 +19,11 @@ compile steps run, never what they compile:
   exact text of its source file, so the next turn of an agent, which usually changes only
   the kernels, links the unchanged binding object instead of compiling main.cpp again.
 
-If a build with a torch-free CUDA unit or the light header fails for any reason, it runs again
-with load_inline's own main.cpp and cuda.cu (a precompiled full header stays: it cannot change
-what main.cpp means), so a candidate's verdict and its compiler messages are those of plain
-load_inline.
+If a unit built with the light header or as a torch-free CUDA unit fails with an error that the
+left-out header could cause (an undeclared name, a missing member: diagnostics.py), it runs
+again with load_inline's own main.cpp or cuda.cu (a precompiled full header stays: it cannot
+change what main.cpp means), so a candidate's verdict is that of plain load_inline; an error of
+the source's own (a syntax error) is reported after the one compile, with the same message.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kcoder.build import detached, lightheader
+from kcoder.build import detached, diagnostics, lightheader
 from kcoder.paths import cache_root
 
 PCH_HEADER = "kcoder_pch.h"
@@ -124,9 +125,7 @@ def _accelerate_binding(text: str, variables: dict[str, str], main_cpp: Path, no
     includes = leading_torch_includes(main_text)
     if not includes:
         return text
-    cxx = variables["cxx"]
-    flags = [f for f in variables.get("cflags", "").split() if not _EXTENSION_NAME_FLAG.match(f)]
-    flags += variables.get("post_cflags", "").split()
+    cxx, flags = variables["cxx"], _binding_flags(variables)
     block = _light_block(cxx, flags, includes, main_text, notes) if light else None
     if block is not None:
         header, ready = ensure_pch(cxx, flags, block, notes)
@@ -142,16 +141,31 @@ def _accelerate_binding(text: str, variables: dict[str, str], main_cpp: Path, no
     return re.sub(r"^cflags = (.*)$", lambda m: f"cflags = {m.group(1)} -include {header}", text, count=1, flags=re.M)
 
 
+def _binding_flags(variables: dict[str, str]) -> list[str]:
+    """The binding unit's compile flags, less the extension's name (shared by every extension)."""
+    flags = [f for f in variables.get("cflags", "").split() if not _EXTENSION_NAME_FLAG.match(f)]
+    return flags + variables.get("post_cflags", "").split()
+
+
+def _scan_folder(cxx: str, flags: list[str]) -> tuple[Path, list[str]] | None:
+    """The light header's scan folder for this compiler and these flags, and the light include
+    block; None when this torch's extension.h is not the pair lightheader is written for."""
+    light = lightheader.light_includes(_include_dirs(flags))
+    if not light:
+        return None
+    return lightheader.macros_folder(cache_root(), cxx, _compiler_identity(cxx), flags, light,
+                                     _torch_identity(flags)), light
+
+
 def _light_block(cxx: str, flags: list[str], includes: list[str], main_text: str, notes: list[str]) -> list[str] | None:
     """The include block with torch/extension.h's light part in its place, when the binding
     can use it; None means the full header."""
     if os.environ.get("KCODER_LIGHT_HEADER") == "off" or includes[0] != lightheader.EXTENSION_INCLUDE:
         return None
-    light = lightheader.light_includes(_include_dirs(flags))
-    if not light:
+    scan = _scan_folder(cxx, flags)
+    if scan is None:
         return None
-    folder = lightheader.macros_folder(cache_root(), cxx, _compiler_identity(cxx), flags, light,
-                                       _torch_identity(flags))
+    folder, light = scan
     # Once per compiler, flags and torch (about 3 s on 2 cores); a build then saves more than that.
     full_only = lightheader.full_only_macros(folder, cxx, flags, light)
     if full_only is None:
@@ -243,12 +257,14 @@ def _compiler_identity(cxx: str) -> str:
     return _IDENTITIES[cxx]
 
 
-def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any]) -> Callable[..., Any]:
+def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any],
+                      sources: diagnostics.SourceMap | None = None) -> Callable[..., Any]:
     """A stand-in for torch's `_run_ninja_build` that tries the faster build first.
 
-    A unit that fails in its faster form is built again from load_inline's own source (it may
-    rely on a declaration only the full torch headers bring in); a unit that compiled stays
-    as it was, so a kernel's compile error does not cost the binding's compile twice."""
+    A unit that fails in its faster form is built again from load_inline's own source when its
+    errors can come from the header that form leaves out (`_forms_to_retry`); a unit that
+    compiled stays as it was, so a kernel's compile error does not cost the binding's compile
+    twice, and a syntax error costs one compile. `record["compiles"]` counts ninja runs."""
 
     def run(build_directory: str, verbose: bool, error_prefix: str) -> Any:
         build_dir = Path(build_directory)
@@ -260,15 +276,16 @@ def fast_ninja_runner(original: Callable[..., Any], record: dict[str, Any]) -> C
             text = accelerate(plain, build_dir, notes, **forms)
             if not fallbacks:  # the first attempt says how the build went
                 record["mode"] = "fast" if text != plain else "plain"
+            record["compiles"] = record.get("compiles", 0) + 1
             try:
                 return _build_reusing_objects(original, build_dir, text, notes + fallbacks, record,
                                               verbose, error_prefix)
             except RuntimeError as exc:
-                failed = _failed_fast_forms(str(exc), notes)
-                if not failed:
+                retry = _forms_to_retry(str(exc), notes, build_dir, plain)
+                if not retry:
                     raise
-                record.setdefault("fast_error", _first_diagnostic(str(exc)))
-                for form in failed:
+                record.setdefault("fast_error", diagnostics.first_diagnostic(str(exc), build_dir, sources))
+                for form in retry:
                     forms[form] = False
                     fallbacks.append(_FALLBACK_NOTES[form])
 
@@ -280,21 +297,34 @@ _FALLBACK_NOTES = {"light": f"{_FORM_NOTES['light']} failed; built with the full
                    "torch_free": f"{_FORM_NOTES['torch_free']} failed; built with the torch header"}
 
 
-def _failed_fast_forms(error: str, notes: list[str]) -> list[str]:
-    """The faster forms this failed build used whose unit failed (every one used when ninja
-    names no unit, as after a link error). Empty: the failure is load_inline's own."""
+def _forms_to_retry(error: str, notes: list[str], build_dir: Path, plain_ninja: str) -> list[str]:
+    """The faster forms this failed build used whose unit may have failed only for the header
+    the form leaves out. A form whose unit failed with errors of its own source (a syntax
+    error; a name the full header never spells) is not retried: plain load_inline would fail
+    the same way. Every form used when ninja names no compile unit (a link error)."""
     used = [form for form, note in _FORM_NOTES.items() if any(n.startswith(note) for n in notes)]
-    failed = set(re.findall(r"^FAILED: (?:\[code=\d+\] )?(\S+)", error, re.M))
-    if not failed or not failed <= set(_FORM_OUTPUT.values()):
+    sections = diagnostics.unit_output(error.replace(str(build_dir) + "/", ""))
+    if not sections or not set(sections) <= set(_FORM_OUTPUT.values()):
         return used
-    return [form for form in used if _FORM_OUTPUT[form] in failed]
+    retry = []
+    for form in used:
+        lines = sections.get(_FORM_OUTPUT[form])
+        if lines is None:
+            continue  # this form's unit compiled
+        names = _full_header_names(plain_ninja) if form == "light" else None
+        if diagnostics.could_be_missing_header(lines, names):
+            retry.append(form)
+    return retry
 
 
-def _first_diagnostic(error: str) -> str:
-    """The compiler's own diagnostic, not torch's "Error building extension" banner."""
-    lines = [ln for ln in error.splitlines()
-             if re.search(r"\berror\b", ln) and not ln.startswith(("Error building", "FAILED:", "["))]
-    return (lines[0] if lines else error.splitlines()[0])[:300]
+def _full_header_names(ninja_text: str) -> set[str] | None:
+    """Every identifier torch/extension.h spells, for this build's compiler and flags (from the
+    light header's scan); None when unknown, and then any declaration error is retried."""
+    variables = parse_ninja_variables(ninja_text)
+    if "cxx" not in variables:
+        return None
+    scan = _scan_folder(variables["cxx"], _binding_flags(variables))
+    return lightheader.full_names(scan[0]) if scan else None
 
 
 def _build_reusing_objects(original: Callable[..., Any], build_dir: Path, ninja_text: str, notes: list[str],

@@ -4,7 +4,9 @@ The worker installs `kcoder_load_inline` in place of torch's `load_inline` befor
 candidate is imported. The candidate's call is unchanged in meaning; kcoder only picks the
 build directory (a hash of sources + flags + torch version + arch + toolkit), so distinct
 candidates never race or reuse a stale failed build, and an unchanged candidate never
-rebuilds. Compiler failures become a `BuildError` with the useful lines only.
+rebuilds. Compiler failures become a `BuildError` whose message is the first compiler
+diagnostic, located in the candidate's source strings (`cpp_sources:6:16: error: ...`), and
+whose log keeps the useful lines.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kcoder.build import diagnostics
 from kcoder.paths import cache_root
 
 
@@ -145,6 +148,8 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
         # unchanged binding unit compiles to the same object every turn and can be reused.
         params["build_directory"] = str(build_dir)
         params["verbose"] = False
+        # Before the build: load_inline inserts its own lines into the caller's source lists.
+        sources = diagnostics.SourceMap.from_params(params)
         record: dict[str, Any] = {"name": base, "dir": str(build_dir), "mode": "plain", "notes": [],
                                   "cuda": bool(params.get("cuda_sources")), "ok": False}
         started = time.perf_counter()
@@ -157,13 +162,13 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
                     module = cpp_extension._import_module_from_library(
                         params["name"], str(build_dir), params.get("is_python_module", True))
                 else:
-                    module = _build(original, params, fast, record, cpp_extension, fastbuild)
+                    module = _build(original, params, fast, record, cpp_extension, fastbuild, sources)
                     marker.write_text(json.dumps({"mode": record["mode"], "notes": record["notes"]}))
                 record["ok"] = True
             except Exception as exc:  # torch raises RuntimeError; keep any kind as a build failure
-                log = trim_compiler_output(str(exc), build_dir)
-                first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log[:200])
-                raise BuildError(f"compile error: {first.strip()}", log) from None
+                log = diagnostics.trim_compiler_output(str(exc), build_dir, sources=sources)
+                reason = diagnostics.first_diagnostic(str(exc), build_dir, sources)
+                raise BuildError(reason, f"{log}\n{describe_failure(record)}") from None
             finally:
                 record["seconds"] = round(time.perf_counter() - started, 2)
                 BUILD_RECORDS.append(record)
@@ -174,12 +179,13 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
 
 
 def _build(original: Any, params: dict[str, Any], fast: bool, record: dict[str, Any],
-           cpp_extension: Any, fastbuild: Any) -> Any:
+           cpp_extension: Any, fastbuild: Any, sources: diagnostics.SourceMap) -> Any:
     """Run torch's load_inline, with the faster ninja step in place of torch's when asked."""
     plain_runner = getattr(cpp_extension, "_run_ninja_build", None)
     if not fast or plain_runner is None:  # a torch without this private step builds the plain way
+        record["compiles"] = 1
         return original(**params)
-    cpp_extension._run_ninja_build = fastbuild.fast_ninja_runner(plain_runner, record)
+    cpp_extension._run_ninja_build = fastbuild.fast_ninja_runner(plain_runner, record, sources)
     try:
         return original(**params)
     finally:
@@ -193,43 +199,12 @@ def describe(record: dict[str, Any]) -> str:
     return f"extension {record['name']}: {state} in {record['seconds']} s ({how})"
 
 
-_NOISE = re.compile(r"^\[\d+/\d+\] |^FAILED: |^ninja: |^subprocess\.|^The above exception|^Traceback")
-_LOCATION = re.compile(r"(main\.cpp|cuda\.cu)(\(|:)(\d+)")
-
-
-def trim_compiler_output(text: str, build_dir: Path, max_lines: int = 30) -> str:
-    """Keep the compiler's diagnostics (file:line: error ... plus context), drop command lines.
-
-    Line numbers are mapped back to the candidate's own source strings: load_inline
-    prepends one include line to cpp_sources and three to cuda_sources.
-    """
-    text = text.replace(str(build_dir) + "/", "")
-    lines = [ln.rstrip() for ln in text.splitlines()]
-    keep: list[str] = []
-    for i, line in enumerate(lines):
-        if not line.strip() or _NOISE.search(line) or len(line) > 400:
-            continue
-        if re.search(r"error|Error|undefined reference|fatal", line):
-            keep.append(_map_location(line))
-            # the source line and caret that compilers print after a diagnostic
-            for extra in lines[i + 1 : i + 3]:
-                if extra.strip() and not re.search(r"error|warning|note:", extra) and len(extra) < 400:
-                    keep.append(extra)
-    if not keep:
-        keep = [ln for ln in lines if ln.strip() and not _NOISE.search(ln)][-max_lines:]
-    deduped = list(dict.fromkeys(keep))
-    if len(deduped) > max_lines:
-        deduped = deduped[:max_lines] + [f"... ({len(deduped) - max_lines} more lines trimmed)"]
-    return "\n".join(deduped)
-
-
-def _map_location(line: str) -> str:
-    def repl(m: re.Match[str]) -> str:
-        offset = 1 if m.group(1) == "main.cpp" else 3
-        name = "cpp_sources" if m.group(1) == "main.cpp" else "cuda_sources"
-        return f"{name}{m.group(2)}{max(1, int(m.group(3)) - offset)}"
-
-    return _LOCATION.sub(repl, line)
+def describe_failure(record: dict[str, Any]) -> str:
+    """The last line of a failed build's log: how many compiles it took and in which forms
+    (a retry with the full torch header happens only for errors a lighter header can cause)."""
+    runs = record.get("compiles", 0)
+    notes = f" ({'; '.join(record['notes'])})" if record.get("notes") else ""
+    return f"kcoder build: {runs} compile run{'s' if runs != 1 else ''}, {record.get('mode', 'plain')} build{notes}"
 
 
 def install_build_wrapper(fast: bool = True) -> None:

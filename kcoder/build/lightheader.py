@@ -19,8 +19,10 @@ torch, without the frontend headers. It is used for a binding only when
   or c10 (FRONTEND_TOP_LEVEL: save, load, OrderedDict, ...), which could otherwise resolve
   to another declaration reached through torch's using-directives.
 Any other name only the frontend declares fails to compile with the light header, and a
-build that fails with it is built again with the full one (fastbuild's fallback), so the
-verdict and the compiler messages a user sees are those of plain load_inline. What compiles
+build that fails with it is built again with the full one (fastbuild's fallback) when its
+errors can come from a missing declaration of a name the full header spells (the scan also
+lists every identifier of the full preprocessed header): a syntax error, or a name neither
+header spells (`undeclared_thing`), is reported after one compile. What compiles
 with both reads the same: the frontend's other declarations are overloads and
 specializations for frontend types, which a file that names none of them cannot create.
 (Other full-only identifiers are not checked: common words such as `rows` occur in frontend
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import re
 import shlex
 import sys
@@ -44,6 +45,8 @@ from kcoder.procs import child_env
 EXTENSION_INCLUDE = "#include <torch/extension.h>"
 LIGHT_MAIN_SOURCE = "kcoder_light_main.cpp"
 MACROS_FILE = "full_only_macros.txt"
+NAMES_FILE = "full_names.txt"
+SCAN_VERSION = "2"  # 2: the scan also writes NAMES_FILE
 MACROS_TIMEOUT_S = 300
 # The C++ frontend: every header here declares only its own namespace's names.
 FRONTEND_HEADERS = {"torch/nn.h", "torch/optim.h", "torch/data.h", "torch/serialize.h", "torch/jit.h",
@@ -156,7 +159,7 @@ def _macros_failed(folder: Path) -> bool:
 
 def macros_folder(root: Path, cxx: str, identity: str, flags: list[str], light: list[str],
                   torch_id: str) -> Path:
-    material = "\n".join([cxx, identity, *flags, "--", *light, torch_id])
+    material = "\n".join([SCAN_VERSION, cxx, identity, *flags, "--", *light, torch_id])
     folder = root / "light" / hashlib.sha256(material.encode()).hexdigest()[:20]
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -164,11 +167,30 @@ def macros_folder(root: Path, cxx: str, identity: str, flags: list[str], light: 
 
 def write_difference(full_i: str, light_i: str, out: str) -> None:
     """Names of the macros the full preprocessed header defines and the light one does not;
-    written whole, then renamed into place."""
-    full, light = _macros(Path(full_i)), _macros(Path(light_i))
-    tmp = Path(out + ".tmp")
-    tmp.write_text("\n".join(sorted(full - light)) + "\n")
-    tmp.replace(out)
+    beside it, every identifier the full header spells (NAMES_FILE: what a failed light build
+    checks before building again). Each written whole, then renamed into place; `out` last,
+    since it says the scan is done."""
+    text = Path(full_i).read_text(errors="replace")
+    full, light = set(_DEFINE.findall(text)), _macros(Path(light_i))
+    _write_whole(Path(out).with_name(NAMES_FILE), set(_IDENTIFIER.findall(text)))
+    _write_whole(Path(out), full - light)
+
+
+def _write_whole(path: Path, names: set[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(sorted(names)) + "\n")
+    tmp.replace(path)
+
+
+def full_names(folder: Path | None) -> set[str] | None:
+    """Every identifier the full header spells, from a finished scan (None without one). A
+    name not among them is declared by neither header."""
+    if folder is None:
+        return None
+    try:
+        return set((folder / NAMES_FILE).read_text().split())
+    except OSError:
+        return None
 
 
 def _macros(preprocessed: Path) -> set[str]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from kcoder.agent.loop import rank
+from kcoder.verdict import Verdict
 from kcoder.workspace import CANDIDATES_DIR, Workspace
 
 
@@ -25,9 +26,10 @@ class Accepted:
 
     path: Path  # the snapshot the evaluator judged
     sha256: str
-    verdict: dict[str, Any]
+    verdict: Verdict
 
     def unchanged(self) -> bool:
+        """The snapshot still holds the bytes that were accepted."""
         return self.path.is_file() and _sha256(self.path) == self.sha256
 
 
@@ -35,23 +37,18 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _rank(verdict: dict[str, Any]) -> tuple[bool, float, float]:
-    # Prefer a timed verdict (its speed-ups go into the commit message), then the fastest.
-    return (verdict.get("candidate_us") is not None, verdict.get("speedup_vs_compile") or 0.0,
-            verdict.get("speedup_vs_eager") or 0.0)
-
-
-def verified(ws: Workspace, path: Path) -> tuple[Path, dict[str, Any]] | None:
+def verified(ws: Workspace, path: Path) -> tuple[Path, Verdict] | None:
     """(snapshot, verdict) of the best passing verdict recorded for exactly `path`'s bytes."""
     data = path.read_bytes()
     snapshots = {ws.relative(p): p for p in sorted((ws.root / CANDIDATES_DIR).glob("model_new_*.py"))
                  if p.read_bytes() == data}
-    found = [(r["verdict"], r["candidate"]) for r in ws.read_trajectory()
+    found = [(Verdict.from_dict(r["verdict"]), r["candidate"]) for r in ws.read_trajectory()
              if r.get("type") == "verdict" and r.get("candidate") in snapshots
              and (r.get("verdict") or {}).get("correct")]
     if not found:
         return None
-    verdict, rel = max(found, key=lambda vr: _rank(vr[0]))
+    # A timed verdict first (its speed-ups go into the commit message), then the fastest.
+    verdict, rel = max(found, key=lambda vr: rank(vr[0]))
     return snapshots[rel], verdict
 
 
@@ -65,9 +62,3 @@ def accept(ws: Workspace, path: Path, label: str) -> Accepted:
                           "accepted: /eval it first (only verified candidates are committed)")
     snapshot, verdict = hit
     return Accepted(snapshot, _sha256(snapshot), verdict)
-
-
-def commit_report(accepted: Accepted, model: str, problem_stem: str) -> dict[str, Any]:
-    """What the commit records (report.json in the commit; its message's speed-ups and
-    trailers): the accepted verdict plus the model, like `kcoder optimize --commit`."""
-    return {**accepted.verdict, "model": model, "problem": problem_stem}

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kcoder import ui
-from kcoder.chat.accepted import NotVerified, accept, commit_report
+from kcoder.agent.report import commit_record
+from kcoder.agent.toolbox import check_plain_build
+from kcoder.chat.accepted import NotVerified, accept
 from kcoder.chat.io import InputOutput
 from kcoder.chat.session import ChatError, ChatSession
-from kcoder.verdict import Verdict
+from kcoder.verdict import plain_build_ok
 from kcoder.workspace import WorkspaceError, render_report_md
 
 ALIASES = {"exit": "quit", "?": "help"}
@@ -180,7 +182,7 @@ class Commands:
             self.io.say("no verified candidate yet: /eval checks the current one")
             return
         path = self.session.ws.best_dir / "model_new.py"
-        self.io.print(ui.verdict_table(Verdict.from_dict(best)))
+        self.io.print(ui.verdict_table(best))
         self.io.note(str(path))
         self.io.print(ui.code(path.read_text(encoding="utf-8"), "model_new.py"))
 
@@ -195,7 +197,7 @@ class Commands:
             path, label = self._file(arg, ws.candidate)
         accepted = accept(ws, path, label)
         self.session.accepted = accepted
-        sc = accepted.verdict.get("speedup_vs_compile")
+        sc = accepted.verdict.speedup_vs_compile
         timing = (f"{sc:.2f}x vs torch.compile" if sc is not None else
                   "verified, not timed: /bench it first to put speed-ups in the commit message")
         self.io.ok(f"accepted {label} ({ws.relative(accepted.path)}; {timing}); /commit commits it")
@@ -213,11 +215,11 @@ class Commands:
         if not s.accepted.unchanged():
             raise ChatError(f"{s.accepted.path} changed since it was accepted; /eval and /accept again")
         self._check_plain_build()
-        report = commit_report(s.accepted, s.model or "", s.problem.stem)
+        report = commit_record(s.accepted.verdict, s.model or "", s.problem.stem)
         md = render_report_md(s.report(best=s.accepted.verdict, best_path=s.accepted.path))
         try:
             result = commit_accepted(s.problem, s.accepted.path, report, report_md=md,
-                                     verdict_correct=bool(s.accepted.verdict.get("correct")))
+                                     verdict_correct=s.accepted.verdict.correct)
         except GitOpsError as exc:
             self.io.error(str(exc))
             self.io.note("(/save FILE copies the accepted kernel anywhere, without git)")
@@ -231,15 +233,11 @@ class Commands:
         """What is committed must pass when built exactly as plain load_inline builds it, not
         only through kcoder's faster build path (checked once per accepted candidate)."""
         s = self.session
-        if not s.options.fast_build or s.accepted.verdict.get("plain_build") == "verified":
-            return
-        verdict = s.evaluate(s.ws.reference, s.accepted.path, s.options.plain_build_check())
-        s.ws.append({"type": "plain_build", "candidate": s.ws.relative(s.accepted.path),
-                     "verdict": verdict.to_dict()})
-        if not verdict.correct:
+        accepted = s.accepted
+        accepted.verdict = check_plain_build(s.agent.ctx, accepted.path, accepted.verdict)
+        if not plain_build_ok(accepted.verdict):
             raise ChatError(f"not committed: built as plain load_inline builds it, the accepted candidate "
-                            f"fails ({verdict.reason})")
-        s.accepted.verdict = {**s.accepted.verdict, "plain_build": "verified"}
+                            f"fails ({accepted.verdict.plain_build})")
 
     def cmd_undo(self, arg: str) -> None:
         """Remove the last commit kcoder made (never anyone else's)."""
@@ -258,7 +256,7 @@ class Commands:
         s = self.session
         if arg:
             s.set_model(arg)
-        self.io.say(f"model: {s.model or '(none)'}  ·  profile {s.profile.name}  ·  "
+        self.io.say(f"model: {s.model or '(none)'}  ·  profile {s.profile_name}  ·  "
                     f"{s.tool_mode} tool calls" + (f"  ·  {s.settings.api_base}" if s.settings.api_base else ""))
 
     def completions_model(self, arg: str) -> list[str]:

@@ -9,8 +9,6 @@ from stdin (scripts): a line ending in a backslash continues on the next one.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -23,14 +21,13 @@ if TYPE_CHECKING:
 PROMPT = "kcoder> "
 
 
-
-
 def history_path() -> Path:
+    """Where the chat's input history is kept."""
     return kcoder_home() / "history"
 
 
-class InputOutput:
-    """Reads user input and prints everything the chat shows.
+class InputOutput(ui.Output):
+    """Reads user input and prints everything the chat shows (printing: see ui.Output).
 
     `pt_input` / `pt_output`: prompt_toolkit input and output (tests pass a pipe input and a
     DummyOutput); `stdin`: the line source when not interactive; `console`: a rich Console
@@ -40,7 +37,7 @@ class InputOutput:
     def __init__(self, *, console: Any = None, pt_input: Any = None, pt_output: Any = None,
                  stdin: IO[str] | None = None, interactive: bool | None = None,
                  history: Path | None = None) -> None:
-        self.console = console or ui.console()
+        super().__init__(console)
         self.stdin = stdin or sys.stdin
         if interactive is None:
             interactive = pt_input is not None or (self.stdin.isatty() and sys.stdout.isatty())
@@ -49,7 +46,6 @@ class InputOutput:
         self.history = history or history_path()
         self._session: Any = None
         self._completer: Completer | None = None
-        self._stream: ui.MarkdownStream | None = None
 
     # --- input ------------------------------------------------------------------------------
     def set_completer(self, completer: Completer) -> None:
@@ -111,60 +107,3 @@ class InputOutput:
         if text.strip():  # echo, so a scripted transcript shows what was asked
             self.print_text(PROMPT + text.replace("\n", "\n" + " " * len(PROMPT)), "bold")
         return text
-
-    # --- output -----------------------------------------------------------------------------
-    def print(self, *renderables: Any) -> None:
-        self.end_stream()
-        self.console.print(*renderables)
-
-    def print_text(self, text: str, style: str = "") -> None:
-        """Print plain text (never parsed as rich markup: code and paths hold [brackets])."""
-        from rich.text import Text
-
-        self.end_stream()
-        self.console.print(Text(text, style=style))
-
-    def say(self, text: str) -> None:
-        self.print_text(text)
-
-    def note(self, text: str) -> None:
-        self.print_text(text, "dim")
-
-    def ok(self, text: str) -> None:
-        self.print_text(text, "green")
-
-    def warn(self, text: str) -> None:
-        self.print_text(text, "yellow")
-
-    def error(self, text: str) -> None:
-        from rich.text import Text
-
-        self.end_stream()
-        self.console.print(Text.assemble(("error: ", "bold red"), text))
-
-    def lines(self, rows: Iterable[tuple[str, str]], *, width: int = 12) -> None:
-        """Aligned `name  text` rows (help, lists)."""
-        from rich.text import Text
-
-        self.end_stream()
-        for name, text in rows:
-            self.console.print(Text.assemble((f"{name:<{width}}", "bold cyan"), " ", text))
-
-    def assistant_text(self, chunk: str) -> None:
-        """One streamed piece of the model's reply (rendered as Markdown)."""
-        if self._stream is None:
-            self._stream = ui.MarkdownStream(self.console)
-        self._stream.write(chunk)
-
-    def end_stream(self) -> None:
-        """Finish the model's streamed reply, if one is open."""
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.close()
-
-    @contextmanager
-    def status(self, label: str) -> Iterator[ui.Elapsed]:
-        """A live status line with elapsed time (build, verify, timing take tens of seconds)."""
-        self.end_stream()
-        with ui.live_status(self.console, label) as timer:
-            yield timer

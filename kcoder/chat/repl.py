@@ -11,9 +11,9 @@ from prompt_toolkit.document import Document
 
 from kcoder.chat.commands import Commands, QuitChat
 from kcoder.chat.io import InputOutput
-from kcoder.chat.session import ChatError, ChatSession, Settings
-from kcoder.evaluate.options import EvalOptions
+from kcoder.chat.session import ChatError, ChatSession
 from kcoder.problem import ProblemError
+from kcoder.settings import Settings
 from kcoder.workspace import WorkspaceError
 
 
@@ -82,25 +82,23 @@ def repl(session: ChatSession, commands: Commands, io: InputOutput) -> None:
             io.warn("cancelled (Ctrl-C)")
 
 
-def run_chat(problem: Path, settings: Settings, options: EvalOptions, *,
-             io: InputOutput | None = None, resume: Path | None = None,
+def run_chat(problem: Path, settings: Settings, *, io: InputOutput | None = None,
              evaluator: Any = None, profiler: Any = None) -> int:
-    """Start a chat session on `problem` (or continue the run in `resume`); returns the exit
-    code: 0 after a normal exit, 2 when the session cannot start (bad file, option or key).
-    `evaluator` / `profiler` replace the harness's evaluate / profile_candidate (tests)."""
+    """Start a chat session on `problem` (or continue the run in `settings.resume`); returns
+    the exit code: 0 after a normal exit, 2 when the session cannot start (bad file, option or
+    key). `evaluator` / `profiler` replace kcoder's judge and profiler (tests)."""
     io = io or InputOutput()
     try:
-        options.validate()
-        session = ChatSession(problem, io, settings, options, evaluator=evaluator, profiler=profiler,
-                              resume=resume)
+        settings.validate()
+        session = ChatSession(problem, io, settings, evaluator=evaluator, profiler=profiler)
     except (ChatError, ProblemError, WorkspaceError, ValueError, OSError) as exc:
         io.error(str(exc))
         return 2
     commands = Commands(session, io)
     io.set_completer(ChatCompleter(commands))
-    io.say(f"kcoder chat · {session.problem.name} on {options.device} · run directory {session.ws.root}")
+    io.say(f"kcoder chat · {session.problem.name} on {settings.device} · run directory {session.ws.root}")
     if session.model:
-        io.note(f"model {session.model} ({session.profile.name}, {session.tool_mode} tool calls) · "
+        io.note(f"model {session.model} ({session.profile_name}, {session.tool_mode} tool calls) · "
                 "/help lists the commands")
     else:
         io.warn("no model given (--model): slash commands only until /model NAME · /help lists them")

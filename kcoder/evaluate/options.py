@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -28,16 +29,23 @@ class EvalOptions:
     fast_build: bool = True
     n_input_sets: int = 5
     seed: int = 0
-    build_timeout_s: float = 900.0
+    build_timeout_s: float = 900.0  # the compiler (inside load_inline)
+    import_timeout_s: float = 120.0  # Python start-up and the candidate's module code outside load_inline
+    init_timeout_s: float = 120.0  # ModelNew(*get_init_inputs()) and its weights
+    problem_timeout_s: float = 300.0  # each request to the reference process (the user's Model)
     verify_timeout_s: float = 180.0
     timing_timeout_s: float = 600.0
+    sandbox: str = "auto"  # "auto" | "bwrap" | "none" (see evaluate/sandbox.py)
+    host_memory_gb: float | None = None  # candidate's processes, resident; None: 3/4 of the host's memory
+    gpu_memory_fraction: float = 0.5  # the candidate's caching-allocator cap (the reference needs room too)
     # Timing: warm-up calls per implementation, then rounds until either bound is reached.
     warmup: int = 3
     min_rounds: int = 10
     max_rounds: int = 100
     timing_budget_s: float = 3.0
     compile_baseline: bool = True
-    # Fraction of timed rounds followed by an untimed guarded audit call.
+    # Every audit_every-th timed round is followed by an untimed guarded audit call, and a
+    # timed call's output is checked with probability 1/audit_every.
     audit_every: int = 4
 
     def validate(self) -> None:
@@ -50,8 +58,20 @@ class EvalOptions:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if self.stop_after not in ("build", "verify", "timing"):
             raise ValueError(f"stop_after must be build, verify or timing, not {self.stop_after!r}")
+        if self.sandbox not in ("auto", "bwrap", "none"):
+            raise ValueError(f"--sandbox must be auto, bwrap or none, not {self.sandbox!r}")
         if self.n_input_sets < 5:
             raise ValueError("at least 5 input sets are verified")
+
+    def host_memory_bytes(self) -> int:
+        """The candidate's host-memory limit in bytes."""
+        if self.host_memory_gb is not None:
+            return int(self.host_memory_gb * 2**30)
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            total = 16 * 2**30
+        return int(total * 0.75)
 
     def plain_build_check(self) -> EvalOptions:
         """These options for verifying a candidate built exactly as plain load_inline builds it."""

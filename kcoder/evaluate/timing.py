@@ -1,13 +1,12 @@
-"""Timing eager, torch.compile and the candidate side by side, honestly.
+"""The clock and the round policy, used alike for the baselines and the candidate.
 
-`measure()` interleaves the implementations in a random order each round, on fresh inputs
-every round (each input set is seen once, so a cache cannot help), flushes the L2 between
-calls on the GPU and times with CUDA events (perf_counter on the CPU). The candidate's
-output of every timed call is checked against eager's output for the same inputs, and some
-rounds add an untimed guarded audit call on the same inputs, so the guard never sits in the
-timed region yet a candidate cannot tell timed calls from guarded ones.
+`Clock.call` times one call: on the GPU after an L2 flush, with persisting-L2 state reset,
+a short GPU head start that hides the host's launch work, and CUDA events (perf_counter on
+the CPU). `time_rounds` times several implementations in a random order per round, each on
+inputs made fresh from the round's seed. The baselines run in the reference process and the
+candidate in its own (see judge.py); `Timings` turns the samples into medians, spreads and
+speed-ups with a bootstrap interval.
 """
-
 from __future__ import annotations
 
 import random
@@ -41,14 +40,15 @@ class Timings:
         return self.median(base) / self.median(cand)
 
     def speedup_ci(self, base: str, cand: str, level: float = 0.90, n_boot: int = 400) -> list[float]:
-        """Bootstrap interval of the ratio of medians, resampling rounds (paired)."""
+        """Bootstrap interval of the ratio of medians, resampling each side's rounds (the
+        baselines and the candidate are timed in different processes, so rounds are unpaired)."""
         rng = random.Random(1234)
         a, b = self.samples[base], self.samples[cand]
-        n = len(a)
         ratios = []
         for _ in range(n_boot):
-            idx = [rng.randrange(n) for _ in range(n)]
-            ratios.append(statistics.median(a[i] for i in idx) / statistics.median(b[i] for i in idx))
+            ra = [a[rng.randrange(len(a))] for _ in a]
+            rb = [b[rng.randrange(len(b))] for _ in b]
+            ratios.append(statistics.median(ra) / statistics.median(rb))
         ratios.sort()
         lo = ratios[int((1 - level) / 2 * n_boot)]
         hi = ratios[int((1 + level) / 2 * n_boot) - 1]
@@ -68,6 +68,26 @@ def flush_l2(buffer: Any) -> None:
     buffer.sum()
 
 
+CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
+
+
+def loaded_cudart() -> Any:
+    """The CUDA runtime library this process already loaded (through torch), via ctypes."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split()[-1] for line in fh if "libcudart" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
 class Clock:
     """Times one call. CUDA: events on the current stream around the call, after an L2 flush."""
 
@@ -76,7 +96,7 @@ class Clock:
 
         self.device = device
         self.cuda = device == "cuda"
-        self.pending: list[tuple[Any, Any]] = []
+        self.cudart: Any = None
         if self.cuda:
             self.flush_buffer = l2_flush_buffer(torch)
             self.event = torch.cuda.Event
@@ -87,6 +107,14 @@ class Clock:
             self.cycles_per_s = khz * 1e3
             self.overlap_s = HOST_OVERLAP_S
             self.gpu_sleep = torch.cuda._sleep
+            self.cudart = loaded_cudart()
+
+    def reset_persisting_l2(self) -> None:
+        """Drop persisting-L2 lines and their carve-out (an access-policy window set by a
+        candidate would otherwise keep its data resident across the flush)."""
+        if self.cuda and self.cudart is not None:
+            self.cudart.cudaCtxResetPersistingL2Cache()
+            self.cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, 0)
 
     def sync(self) -> None:
         if self.cuda:
@@ -117,49 +145,42 @@ class Clock:
         return out, lambda: elapsed
 
 
-def measure(impls: dict[str, Callable[..., Any]], *, candidate: str, new_inputs: Callable[[int], list[Any]],
-            check: Callable[[int, Any, Any], None], audit: Callable[[int, list[Any]], None],
-            clock: Clock, warmup: int, min_rounds: int, max_rounds: int, budget_s: float,
-            audit_every: int, fresh_copy: Callable[[list[Any]], list[Any]] | None = None,
-            seed: int = 0) -> Timings:
-    """Interleaved timing. `check(round, candidate_out, eager_out)` raises on a wrong output;
-    `audit(round, inputs)` runs an untimed guarded call. Warm-up uses its own input sets."""
+def time_rounds(impls: dict[str, Callable[..., Any]], make_inputs: Callable[[int], list[Any]], clock: Clock, *,
+                seeds: list[int], warmup: list[int], min_rounds: int, budget_s: float,
+                seed: int = 0) -> dict[str, list[float]]:
+    """Time each implementation once per round, in a random order, each call on inputs made
+    fresh from the round's seed (so a call that modifies its inputs harms no other), until
+    `min_rounds` are done and `budget_s` of measured time is spent (or the seeds run out).
+    Warm-up rounds use their own seeds. Returns per-implementation times in microseconds."""
     import torch
 
     rng = random.Random(seed)
     names = list(impls)
     with torch.no_grad():
-        for w in range(warmup):
-            inputs = new_inputs(-1 - w)
+        for w, s in enumerate(warmup):
             for name in names:
-                args = fresh_copy(inputs) if fresh_copy else inputs
+                inputs = make_inputs(s)
                 if w == 0:  # first calls (compilation, autotuning, caches) would teach the clock nothing
-                    impls[name](*args)
+                    impls[name](*inputs)
                 else:  # as timed, so the clock's head start fits each call's host time before round 0
-                    clock.call(impls[name], args)
-            clock.sync()
-        timings = Timings({name: [] for name in names})
+                    clock.call(impls[name], inputs)
+                clock.sync()
+        samples: dict[str, list[float]] = {name: [] for name in names}
         spent = 0.0
-        for r in range(max_rounds):
-            inputs = new_inputs(r)
+        for r, s in enumerate(seeds):
             order = names[:]
             rng.shuffle(order)
-            outputs, readers = {}, {}
             for name in order:
-                args = fresh_copy(inputs) if fresh_copy else inputs
-                outputs[name], readers[name] = clock.call(impls[name], args)
-            clock.sync()
-            for name in order:
-                value = readers[name]()
-                timings.samples[name].append(value)
-                spent += value / 1e6
-            check(r, outputs[candidate], outputs["eager"])
-            del outputs  # all outputs of a round stay alive until here: no stale-memory reuse
-            if audit_every and r % audit_every == audit_every - 1:
-                audit(r, inputs)
+                inputs = make_inputs(s)
+                clock.reset_persisting_l2()
+                out, read = clock.call(impls[name], inputs)
+                clock.sync()
+                samples[name].append(read())
+                spent += samples[name][-1] / 1e6
+                del out, inputs
             if r + 1 >= min_rounds and spent >= budget_s:
                 break
-    return timings
+    return samples
 
 
 def device_kernel_time_us(fn: Callable[..., Any], inputs: list[Any], calls: int = 3) -> float:

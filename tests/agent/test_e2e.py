@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
+from sources import BROKEN_CPP, testlib_candidate
 
 from kcoder.agent.optimize import optimize
 from kcoder.evaluate.options import EvalOptions
+from kcoder.settings import Settings
+from kcoder.ui import Output
 
 from .llm_server import call, reply
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sources import BROKEN_CPP, testlib_candidate  # noqa: E402
 
 GOOD = testlib_candidate("return _ext.scale_add_relu(x, y, self.scale)")
 WRONG = testlib_candidate("return _ext.no_relu(x, y, self.scale)")
@@ -46,22 +45,20 @@ class ModelNew(nn.Module):
     def forward(self, x, y):
         return _ext.scale_add_relu(x, y, self.scale)
 '''
-FAST_TIMING = EvalOptions(timing_budget_s=1.0, min_rounds=5, warmup=2)
+FAST_TIMING = EvalOptions(device="cpu", timing_budget_s=1.0, min_rounds=5, warmup=2)
 LOW_TARGET = 0.01  # any correct, timed candidate reaches it
 
 pytestmark = pytest.mark.slow
 
 
 def run_opt(problem: Path, server: Any, tmp_path: Path, **kw: Any) -> tuple[int, Path]:
-    args: dict[str, Any] = dict(
-        model="openai/scripted", api_base=server.base_url, device="cpu", target=LOW_TARGET,
-        keep_going=False, max_turns=30, max_cost=None, max_time=None, resume=None, allow=[],
-        precision="strict", runs_dir=tmp_path / "runs",
-        console=Console(file=io.StringIO(), width=120), tool_call="native",
-        eval_options=FAST_TIMING)
-    args.update(kw)
-    code = optimize(problem, **args)
-    run_dir = args["resume"] or sorted((tmp_path / "runs").glob("*"))[-1]
+    """optimize() with test defaults (`kw`: Settings fields); returns (exit code, run dir)."""
+    fields: dict[str, Any] = dict(
+        model="openai/scripted", api_base=server.base_url, target=LOW_TARGET, max_turns=30,
+        runs_dir=tmp_path / "runs", tool_call="native")
+    settings = Settings.from_eval_options(FAST_TIMING, **{**fields, **kw})
+    code = optimize(problem, settings, Output(Console(file=io.StringIO(), width=120)))
+    run_dir = settings.resume or sorted((tmp_path / "runs").glob("*"))[-1]
     return code, run_dir
 
 

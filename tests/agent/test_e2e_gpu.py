@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
+from sources import cuda_candidate_source
 
 from kcoder.agent.optimize import optimize
 from kcoder.evaluate.options import EvalOptions
+from kcoder.settings import Settings
+from kcoder.ui import Output
 
 from .llm_server import call, reply
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sources import cuda_candidate_source  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
@@ -38,11 +36,10 @@ def test_scripted_run_on_cuda(scripted, problem, tmp_path, api_key):
         reply("Done.", call("finish")),
     ])
     out = io.StringIO()
-    code = optimize(problem, model="openai/scripted", api_base=server.base_url, device="cuda",
-                    target=0.01, keep_going=False, max_turns=20, max_cost=None, max_time=None,
-                    resume=None, allow=[], precision="strict", runs_dir=tmp_path / "runs",
-                    console=Console(file=out, width=120), tool_call="native",
-                    eval_options=EvalOptions(timing_budget_s=1.0, min_rounds=20))
+    settings = Settings.from_eval_options(
+        EvalOptions(device="cuda", timing_budget_s=1.0, min_rounds=20), model="openai/scripted",
+        api_base=server.base_url, target=0.01, max_turns=20, runs_dir=tmp_path / "runs", tool_call="native")
+    code = optimize(problem, settings, Output(Console(file=out, width=120)))
     run_dir = sorted((tmp_path / "runs").glob("*"))[-1]
     report = json.loads((run_dir / "report.json").read_text())
     assert "FAILED verify" in server.requests[3]["messages"][-1]["content"]

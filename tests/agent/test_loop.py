@@ -13,6 +13,8 @@ from rich.console import Console
 from kcoder.agent import prompts
 from kcoder.agent.loop import fit_context
 from kcoder.agent.optimize import optimize
+from kcoder.settings import Settings
+from kcoder.ui import Output
 
 from .fakes import FakeEvaluator
 from .llm_server import call, reply, text_tool_reply
@@ -22,19 +24,19 @@ WRONG = "# forgot the activation\n"
 BROKEN = "# BROKEN\n"
 
 
-def run_opt(problem: Path, server: Any, tmp_path: Path, **kw: Any) -> tuple[int, str, Path | None]:
-    """optimize() with test defaults; returns (exit code, terminal output, run dir)."""
+def run_opt(problem: Path, server: Any, tmp_path: Path, evaluator: Any = None,
+            **kw: Any) -> tuple[int, str, Path | None]:
+    """optimize() with test defaults (`kw`: Settings fields); returns (exit code, terminal
+    output, run dir)."""
     out = io.StringIO()
-    args: dict[str, Any] = dict(
+    fields: dict[str, Any] = dict(
         model="openai/scripted", api_base=server.base_url if server else None, device="cpu",
-        target=1.05, keep_going=False, max_turns=20, max_cost=None, max_time=None,
-        resume=None, allow=[], precision="strict", runs_dir=tmp_path / "runs",
-        console=Console(file=out, width=120), tool_call="native",
-        evaluator=kw.pop("evaluator", None) or FakeEvaluator())
-    args.update(kw)
-    code = optimize(problem, **args)
+        max_turns=20, runs_dir=tmp_path / "runs", tool_call="native")
+    settings = Settings(**{**fields, **kw})
+    code = optimize(problem, settings, Output(Console(file=out, width=120)),
+                    evaluator=evaluator or FakeEvaluator())
     runs = sorted((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else []
-    return code, out.getvalue(), (args["resume"] or (runs[-1] if runs else None))
+    return code, out.getvalue(), (settings.resume or (runs[-1] if runs else None))
 
 
 def write(content: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.llm_server import ScriptedLLMServer
-from conftest import fast_options
+from helpers import fast_options
 
 
 @dataclass
@@ -28,19 +28,19 @@ def drive(problem: Path, keys: str, tmp_path: Path, *, server: ScriptedLLMServer
 
     from kcoder.chat.io import InputOutput
     from kcoder.chat.repl import run_chat
-    from kcoder.chat.session import Settings
+    from kcoder.settings import Settings
 
     out = io.StringIO()
-    settings = Settings(model=model if server else None,
-                        api_base=server.base_url if server else None, tool_call="native",
-                        runs_dir=tmp_path / "runs")
+    settings = Settings.from_eval_options(
+        options or fast_options(), model=model if server else None,
+        api_base=server.base_url if server else None, tool_call="native", max_turns=30,
+        runs_dir=tmp_path / "runs", resume=resume)
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
         pipe.close()  # what was sent is still read; then the prompt sees end of input (Ctrl-D)
         console = Console(file=out, width=400)  # wide: no line wrapping inside assertions
         chat_io = InputOutput(console=console, pt_input=pipe, pt_output=DummyOutput())
-        code = run_chat(problem, settings, options or fast_options(), io=chat_io, resume=resume,
-                        evaluator=evaluator, profiler=profiler)
+        code = run_chat(problem, settings, io=chat_io, evaluator=evaluator, profiler=profiler)
     runs = sorted((tmp_path / "runs").glob("*"), key=lambda p: p.stat().st_mtime)
     return ChatRun(code, out.getvalue(), resume or (runs[-1] if runs else None))
 

@@ -147,16 +147,17 @@ def test_resume_command_picks_the_newest_earlier_run(scripted, problem, tmp_path
 
 
 def test_completion_of_commands_arguments_and_paths(scripted, problem, tmp_path, monkeypatch):
-    from conftest import fast_options
+    from helpers import fast_options
     from rich.console import Console
 
     from kcoder.chat.commands import Commands
     from kcoder.chat.io import InputOutput
     from kcoder.chat.repl import ChatCompleter
-    from kcoder.chat.session import ChatSession, Settings
+    from kcoder.chat.session import ChatSession
+    from kcoder.settings import Settings
 
     chat_io = InputOutput(console=Console(file=io.StringIO()), interactive=False)
-    session = ChatSession(problem, chat_io, Settings(runs_dir=tmp_path / "runs"), fast_options())
+    session = ChatSession(problem, chat_io, Settings.from_eval_options(fast_options(), runs_dir=tmp_path / "runs"))
     completer = ChatCompleter(Commands(session, chat_io))
     monkeypatch.chdir(problem.parent)
 
@@ -175,7 +176,7 @@ def test_completion_of_commands_arguments_and_paths(scripted, problem, tmp_path,
 
 
 def test_profile_renders_the_report_and_tells_the_model(scripted, problem, tmp_path):
-    from conftest import fast_options
+    from helpers import fast_options
 
     from kcoder.profile.profiler import ProfileReport
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from agent.llm_server import call, reply
-from conftest import fast_options
+from helpers import fast_options
 from sources import candidate_source
 
 from kcoder.evaluate import evaluate

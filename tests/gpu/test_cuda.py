@@ -4,7 +4,7 @@ CUDA red team (hidden stream, kernel never launched, stale reference output) rej
 from pathlib import Path
 
 import pytest
-from conftest import PROBLEMS, ROOT, fast_options
+from helpers import PROBLEMS, ROOT, fast_options
 from sources import cuda_candidate_source
 
 torch = pytest.importorskip("torch")

@@ -84,7 +84,7 @@ def test_static_checks_accept_the_honest_candidate():
 
 
 def test_every_example_solution_passes_static_checks():
-    from conftest import ROOT
+    from helpers import ROOT
 
     from kcoder.evaluate.static import check_source
 

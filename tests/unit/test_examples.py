@@ -1,7 +1,7 @@
 """Every example's CPU solution is accepted on the cpu target (real builds, real baselines)."""
 
 import pytest
-from conftest import ROOT, fast_options
+from helpers import ROOT, fast_options
 
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/solution_cpu.py"))
 

@@ -210,7 +210,8 @@ def test_outside_a_repository(tmp_path: Path) -> None:
         commit_accepted(model, candidate(tmp_path), REPORT, verdict_correct=True)
     msg = str(exc.value)
     assert str(model) in msg and "not inside a git repository" in msg
-    assert "git init" in msg and "--no-commit" in msg
+    assert "git init" in msg and "best/model_new.py yourself" in msg
+    assert "--no-commit" not in msg  # no such option exists
     with pytest.raises(GitOpsError, match="not inside a git repository"):
         list_accepted(model.parent)
 

@@ -6,7 +6,7 @@ All working candidates embed tests/sources.py:TESTLIB_CPP, so one build serves t
 import os
 
 import pytest
-from conftest import PROBLEMS, run_json
+from helpers import PROBLEMS, run_json
 from sources import BROKEN_CPP, candidate_source
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """Malformed problem and candidate files: clear errors naming the file, exit code 2."""
 
 import pytest
-from conftest import PROBLEMS, run_json, run_kcoder
+from helpers import PROBLEMS, run_json, run_kcoder
 
 from kcoder.problem import ProblemError, load_problem
 

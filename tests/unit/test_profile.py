@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PROBLEMS, ROOT, run_kcoder
+from helpers import PROBLEMS, ROOT, run_kcoder
 
 from kcoder.procs import RunResult
 from kcoder.procs import run as run_limited

@@ -1,0 +1,342 @@
+"""The judge: decides a verdict from what it can check itself. No candidate code runs here.
+
+Two child processes do the work: the reference process (trusted; loads the problem, never
+the candidate) and the candidate's process (sandboxed; never sees the reference model).
+For every input set the judge draws a fresh seed, the candidate's process runs the
+candidate and saves its output, and the reference process compares that output with its
+own. Baselines are timed by the reference process while no candidate process is alive
+(half before the candidate's timing, half after it was killed), so background load cannot
+slow them; the candidate's per-call times are cross-checked with the judge's own clock over
+back-to-back batches, and timed outputs are checked at random rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from kcoder.evaluate.channel import ChannelError, Peer
+from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.spawn import Children
+from kcoder.evaluate.timing import Timings
+from kcoder.problem import ProblemError
+from kcoder.verdict import Verdict, reward_for
+
+# Device kernel time may exceed the event time by this factor (plus slack) before work is
+# deemed to run outside the timed stream.
+HIDDEN_WORK_FACTOR = 1.3
+HIDDEN_WORK_SLACK_US = 20.0
+# The judge's clock over a back-to-back batch may exceed the claimed per-call time by this
+# factor plus slack (host launch overhead, pipe latency) before the claim is called false.
+OUTER_FACTOR = 3.0
+OUTER_SLACK_US = 100.0
+BATCH_TARGET_S = 0.2
+OUTER_TRIES = 5
+
+
+class Stop(Exception):
+    """The verdict is decided (failed, or finished early)."""
+
+
+class Judge:
+    def __init__(self, problem: Path, candidate: Path, options: EvalOptions, verdict: Verdict,
+                 children: Children) -> None:
+        self.problem, self.candidate, self.options = problem, candidate, options
+        self.verdict, self.children = verdict, children
+        self.rng = random.Random(secrets.randbits(64))
+        self.cand: Peer | None = None
+
+    def seed(self) -> int:
+        return self.rng.randrange(1, 2**31)
+
+    # --- the stages ---------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._stages()
+        except Stop:
+            pass
+
+    def _stages(self) -> None:
+        v, opts = self.verdict, self.options
+        self.ref = self.children.start_reference()
+        info = self.ask_reference(None, "problem")
+        v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
+        v.notes.extend(info.get("notes", []))
+        v.reference_peak_mb = _round(info.get("reference_peak_mb"))
+        v.footprint_mb = _round(info.get("footprint_mb"))
+        self.start_candidate(first=True)
+        if opts.stop_after == "build":
+            v.reason = "compiled"
+            return
+        self.verify_sets()
+        if opts.stop_after == "verify":
+            v.reason, v.reward = "correct (not timed)", 1
+            return
+        self.time_all()
+
+    def start_candidate(self, first: bool) -> None:
+        v = self.verdict
+        v.stage = "build"
+        started = time.perf_counter()
+        self.cand = self.children.start_candidate()
+        built = self.ask_candidate(None, "build")
+        if first:
+            v.compiled = True
+            v.notes.extend(str(n)[:300] for n in built.get("notes", [])[:20])
+            # the import and init of the candidate, as its process measured them (information only)
+            seconds = _time_value(built.get("seconds"), allow_zero=True)
+            v.seconds["build"] = seconds if seconds is not None else round(time.perf_counter() - started, 3)
+
+    def verify_sets(self) -> None:
+        v, n = self.verdict, self.options.n_input_sets
+        v.stage = "verify"
+        started = time.perf_counter()
+        deadline = time.monotonic() + self.options.verify_timeout_s
+        for i in range(n):
+            self.checked_call("verify", f"input set {i + 1} of {n}", deadline)
+        v.n_input_sets = n
+        v.notes.extend(self.ask_reference(_left(deadline), "verify", op="notes").get("notes", []))
+        v.correct = True
+        v.seconds["verify"] = round(time.perf_counter() - started, 3)
+
+    def checked_call(self, stage: str, label: str, deadline: float, save_last: bool = False) -> None:
+        """The candidate's output for a fresh input set (or its last timed call), judged by
+        the reference process."""
+        seed = self.last_seed if save_last else self.seed()
+        path = str(self.children.box.io / f"out-{secrets.token_hex(8)}.pt")
+        if save_last:
+            self.ask_candidate(_left(deadline), stage, op="save_last", path=path)
+        else:
+            self.ask_candidate(_left(deadline), stage, op="verify", seed=seed, path=path, label=label)
+        result = self.ask_reference(_left(deadline), stage, op="check", seed=seed, path=path, label=label)
+        self._judge_check(result, stage, label)
+
+    def _judge_check(self, result: dict[str, Any], stage: str, label: str) -> None:
+        """Fail on the reference process's finding; keep the error statistics otherwise."""
+        if result.get("ok"):
+            self._record(result.get("stats") or {})
+            return
+        if "mismatch" not in result:
+            self.fail(stage, str(result.get("reason", f"{label}: wrong answer")))
+        if stage == "verify":
+            self.fail(stage, f"wrong answer on {label}: {result['mismatch']}")
+        self.fail(stage, f"{label} gave a wrong answer for its own inputs (cached or stale result?): "
+                         f"{result['mismatch']}")
+
+    # --- timing -------------------------------------------------------------------------------
+    def time_all(self) -> None:
+        v, opts = self.verdict, self.options
+        v.stage = "timing"
+        started = time.perf_counter()
+        deadline = time.monotonic() + opts.timing_timeout_s
+        self.children.stop_candidate()  # nothing of the candidate runs while baselines are timed
+        before = self.baselines(deadline)
+        self.start_candidate(first=False)
+        v.stage = "timing"
+        cand = self.candidate_rounds(deadline)
+        self.outer_clock_check(statistics.median(cand), deadline)
+        self.hidden_work_check(statistics.median(cand), deadline)
+        self.record_peak(deadline)
+        self.children.stop_candidate()
+        after = self.baselines(deadline)
+        samples = {k: before[k] + after[k] for k in before}
+        samples["candidate"] = cand
+        self.conclude(Timings(samples))
+        v.seconds["timing"] = round(time.perf_counter() - started, 3)
+
+    def baselines(self, deadline: float) -> dict[str, list[float]]:
+        opts = self.options
+        warm = [self.seed() for _ in range(opts.warmup)]
+        seeds = [self.seed() for _ in range(max(2, opts.max_rounds // 2))]
+        reply = self.ask_reference(_left(deadline), "timing", op="baselines", seeds=seeds, warmup=warm,
+                                   min_rounds=max(2, opts.min_rounds // 2), budget_s=opts.timing_budget_s / 2)
+        return reply["samples"]
+
+    def candidate_rounds(self, deadline: float) -> list[float]:
+        opts = self.options
+        self.ask_candidate(_left(deadline), "timing", op="warmup", seeds=[self.seed() for _ in range(opts.warmup)])
+        times: list[float] = []
+        for r in range(opts.max_rounds):
+            self.last_seed = self.seed()
+            reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed)
+            times.append(_time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
+            # Which timed outputs are checked is drawn after the call, so every call must be right.
+            if r == 0 or self.rng.random() < 1.0 / max(1, opts.audit_every):
+                self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
+            if opts.audit_every and r % opts.audit_every == opts.audit_every - 1:
+                self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
+            if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= opts.timing_budget_s:
+                break
+        return times
+
+    def outer_clock_check(self, claimed_us: float, deadline: float) -> None:
+        """k calls back to back, timed by the judge's clock minus an empty round trip, must agree
+        with the per-call time the candidate's process reported (best of two batches: a busy
+        host only ever makes the judge's figure larger)."""
+        k = max(10, min(200, int(BATCH_TARGET_S * 1e6 / max(claimed_us, 1.0))))
+        empty = min(self.batch(0, deadline) for _ in range(3))
+        limit_us = OUTER_FACTOR * claimed_us + OUTER_SLACK_US
+        outer_us = math.inf
+        for _ in range(OUTER_TRIES):  # a busy host slows some batches; a false claim fails every one
+            outer_us = min(outer_us, max(0.0, (self.batch(k, deadline) - empty) / k * 1e6))
+            if outer_us <= limit_us:
+                break
+        self.verdict.notes.append(f"judge's clock: {outer_us:.1f} us per call over {k} back-to-back calls "
+                                  f"(reported {claimed_us:.1f} us)")
+        if outer_us > limit_us:
+            self.fail("timing", f"integrity: the candidate's process reported {claimed_us:.1f} us per call, "
+                                f"but the judge's own clock measured {outer_us:.1f} us per call (timer tampering?)")
+
+    def batch(self, n: int, deadline: float) -> float:
+        seed = self.seed()
+        path = str(self.children.box.io / f"batch-{secrets.token_hex(8)}.pt")
+        cand = self.cand
+        assert cand is not None
+        self.ask_candidate(_left(deadline), "timing", op="batch", seed=seed, n=n, path=path, expect="ready")
+        started = time.monotonic()
+        cand.send(op="go")
+        self._expect(self._receive(cand, _left(deadline), "timing"), "done", "timing")
+        elapsed = time.monotonic() - started
+        if not n:
+            return elapsed
+        label = f"the last of {n} back-to-back calls"
+        result = self.ask_reference(_left(deadline), "timing", op="check", seed=seed, path=path, label=label)
+        self._judge_check(result, "timing", label)
+        return elapsed
+
+    def hidden_work_check(self, event_us: float, deadline: float) -> None:
+        if self.options.device != "cuda":
+            return
+        reply = self.ask_candidate(_left(deadline), "timing", op="kernel_time", seed=self.seed())
+        kernel_us = _time_value(reply.get("kernel_us"), allow_zero=True)
+        if kernel_us is None:
+            self.tampered("the profiler's kernel time was not a number")
+        self.verdict.notes.append(f"device kernel time per call {kernel_us:.1f} us (profiler, all streams)")
+        if kernel_us > HIDDEN_WORK_FACTOR * event_us + HIDDEN_WORK_SLACK_US:
+            self.fail("timing", f"integrity: GPU kernels took {kernel_us:.1f} us per call but the timed "
+                      f"stream saw {event_us:.1f} us: work runs outside the timed stream")
+
+    def record_peak(self, deadline: float) -> None:
+        if self.options.device != "cuda":
+            return
+        cand = _time_value(self.ask_candidate(_left(deadline), "timing", op="peak").get("peak_mb"), allow_zero=True)
+        ref = self.ask_reference(_left(deadline), "timing", op="peak").get("peak_mb", 0.0)
+        self.verdict.peak_memory_mb = _round((cand or 0.0) + float(ref))
+
+    def conclude(self, timings: Timings) -> None:
+        v = self.verdict
+        v.timing_rounds = len(timings.samples["candidate"])
+        v.eager_us, v.eager_iqr_us = timings.median("eager"), timings.iqr("eager")
+        v.candidate_us, v.candidate_iqr_us = timings.median("candidate"), timings.iqr("candidate")
+        v.speedup_vs_eager = timings.speedup("eager", "candidate")
+        v.speedup_vs_eager_ci = timings.speedup_ci("eager", "candidate")
+        if "compile" in timings.samples:
+            v.compile_us, v.compile_iqr_us = timings.median("compile"), timings.iqr("compile")
+            v.speedup_vs_compile = timings.speedup("compile", "candidate")
+            v.speedup_vs_compile_ci = timings.speedup_ci("compile", "candidate")
+        else:
+            v.notes.append("torch.compile baseline skipped (--no-compile): speed-up vs compile unknown")
+        v.reward = reward_for(v.correct, v.speedup_vs_eager, v.speedup_vs_compile)
+        v.stage = "done"
+        parts = [f"correct on {v.n_input_sets} input sets + {v.timing_rounds} timed calls"]
+        if v.speedup_vs_eager is not None:
+            parts.append(f"{v.speedup_vs_eager:.2f}x vs eager")
+        if v.speedup_vs_compile is not None:
+            parts.append(f"{v.speedup_vs_compile:.2f}x vs torch.compile")
+        v.reason = ", ".join(parts)
+
+    # --- talking to the children --------------------------------------------------------------
+    def ask_reference(self, limit_s: float | None, stage: str, **request: Any) -> dict[str, Any]:
+        """A request to the reference process (or its start-up reply when `request` is empty)."""
+        try:
+            reply = self.ref.request(limit_s, **request) if request else self.ref.receive(limit_s)
+        except ChannelError as exc:
+            self.harness_error(f"the reference process failed during {stage} ({exc.kind}: {exc})",
+                               self.children.log_tail("reference"))
+        if "problem" in reply:
+            raise ProblemError(f"{self.problem}: {reply['problem']}")
+        if "error" in reply:
+            self.harness_error(f"the reference process failed during {stage}: {reply['error']}")
+        return reply
+
+    def ask_candidate(self, limit_s: float | None, stage: str, expect: str = "", **request: Any) -> dict[str, Any]:
+        cand = self.cand
+        assert cand is not None
+        try:
+            cand.send(**request) if request else None
+        except ChannelError as exc:
+            self.crash(stage, exc)
+        reply = self._receive(cand, limit_s, stage)
+        return self._expect(reply, expect, stage) if expect else self._check_reply(reply, stage)
+
+    def _receive(self, cand: Peer, limit_s: float | None, stage: str) -> dict[str, Any]:
+        try:
+            return cand.receive(limit_s)
+        except ChannelError as exc:
+            self.crash(stage, exc)
+            raise  # unreachable: crash() raises Stop
+
+    def _check_reply(self, reply: dict[str, Any], stage: str) -> dict[str, Any]:
+        if "fail" in reply:
+            fail = reply["fail"] if isinstance(reply["fail"], dict) else {}
+            self.fail(str(fail.get("stage", stage))[:20], str(fail.get("reason", "failed")), str(fail.get("log", "")))
+        if "error" in reply:
+            self.harness_error(f"kcoder's step in the candidate's process failed during {stage}: "
+                               f"{str(reply['error'])[:200]}")
+        return reply
+
+    def _expect(self, reply: dict[str, Any], key: str, stage: str) -> dict[str, Any]:
+        reply = self._check_reply(reply, stage)
+        if reply.get(key) is not True:
+            self.tampered(f"an unexpected reply during {stage} (expected {key!r})")
+        return reply
+
+    # --- endings --------------------------------------------------------------------------------
+    def fail(self, stage: str, reason: str, log: str = "") -> None:
+        self.verdict.fail(stage, reason, log)
+        raise Stop
+
+    def tampered(self, what: str) -> Any:
+        self.fail(self.verdict.stage, f"tampering: the candidate's process sent {what}")
+
+    def harness_error(self, message: str, log: str = "") -> None:
+        self.verdict.error(message, log)
+        raise Stop
+
+    def crash(self, stage: str, exc: ChannelError) -> None:
+        from kcoder.evaluate.crash import crash_reason
+
+        phase = exc.phase if exc.phase in ("import", "compile", "init") and stage == "build" else stage
+        reason = crash_reason(exc, phase, self.children.candidate_returncode(), self.options,
+                              self.children.log_tail("candidate"))
+        self.fail(stage, reason, self.children.log_tail("candidate"))
+
+    def _record(self, stats: dict[str, Any]) -> None:
+        v = self.verdict
+        for name in ("max_abs_err", "max_rel_err", "rel_norm_err"):
+            value = stats.get(name)
+            if isinstance(value, (int, float)):
+                setattr(v, name, max(getattr(v, name) or 0.0, float(value)))
+        v.tolerance = stats.get("tolerance") or v.tolerance
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _round(value: Any) -> float | None:
+    return round(float(value), 1) if isinstance(value, (int, float)) else None
+
+
+def _time_value(value: Any, allow_zero: bool = False) -> float | None:
+    """A reported time in microseconds, or None when it is not a plausible one."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    if value < 0 or (value == 0 and not allow_zero) or value > 1e9:
+        return None
+    return float(value)

@@ -1,0 +1,231 @@
+"""Reference process: the judge's hands. It never loads the candidate.
+
+Run as `python -m kcoder.evaluate.reference JOB.json`, with stdin/stdout connected to the
+judge (channel.py). It builds Model from the problem file with the evaluation's seed, hands
+its weights and constructor arguments to the candidate's process as files, computes
+reference outputs for the input sets the judge names (by seed), compares the candidate's
+saved outputs against them, and times the baselines (eager, torch.compile) while no
+candidate process is alive. Memory scales with one input set: nothing outlives a request
+but the model.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kcoder.build import inline as build
+from kcoder.evaluate.channel import Link
+from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
+from kcoder.evaluate.options import EvalOptions
+
+
+class ProblemFault(Exception):
+    """The user's problem file failed (its Model, get_inputs or forward)."""
+
+
+class ReferenceServer:
+    def __init__(self, job: dict[str, Any], link: Link) -> None:
+        self.job, self.link = job, link
+        self.options = EvalOptions.from_dict(job["options"])
+        self.device = self.options.device
+        self.problem_path = Path(job["problem"])
+        self.fingerprints: set[str] = set()
+        self.compiled: Any = None
+
+    def start(self) -> dict[str, Any]:
+        notes = build.prepare_environment(self.device)
+        import torch
+
+        self.torch = torch
+        set_precision(torch, self.options.precision)
+        info: dict[str, Any] = {"torch_version": torch.__version__, "notes": notes}
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise ProblemFault("--device cuda asked for, but torch sees no CUDA GPU here")
+            info["device_name"] = torch.cuda.get_device_name(0)
+            info["device_memory_mb"] = torch.cuda.get_device_properties(0).total_memory / 2**20
+        else:
+            import platform
+
+            info["device_name"] = platform.processor() or platform.machine() or "cpu"
+        self._load_problem()
+        info.update(self._first_run())
+        return info
+
+    def _load_problem(self) -> None:
+        torch = self.torch
+        try:
+            self.problem = load_module(self.problem_path, "kcoder_reference_problem")
+            init = self.problem.get_init_inputs()
+            if not isinstance(init, (list, tuple)):
+                raise TypeError(f"get_init_inputs() returned {type(init).__name__}, expected a list")
+            torch.manual_seed(self.options.seed)
+            self.model = self.problem.Model(*init).to(self.device)
+        except Exception as exc:
+            raise self._fault(exc) from None
+        try:
+            torch.save(list(init), self.job["init_path"])
+        except Exception as exc:
+            raise ProblemFault(f"get_init_inputs() must return plain values (numbers, lists, tensors): "
+                               f"{first_line(exc)}") from None
+        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        torch.save(state, self.job["weights_path"])
+
+    def _fault(self, exc: BaseException) -> ProblemFault:
+        where, _ = file_traceback(exc, str(self.problem_path))
+        return ProblemFault(f"the problem file failed{where}: {first_line(exc)}")
+
+    def inputs(self, seed: int) -> list[Any]:
+        from kcoder.evaluate.verify import make_inputs
+
+        try:
+            return make_inputs(self.problem, seed, self.device)
+        except Exception as exc:
+            raise self._fault(exc) from None
+
+    def reference(self, seed: int) -> Any:
+        inputs = self.inputs(seed)
+        try:
+            with self.torch.no_grad():
+                out = self.model(*inputs)
+        except Exception as exc:
+            raise self._fault(exc) from None
+        del inputs
+        return out
+
+    def _first_run(self) -> dict[str, Any]:
+        """One reference call: its own peak memory and the one-input-set footprint."""
+        from kcoder.evaluate.compare import flatten_outputs
+
+        torch = self.torch
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        in_bytes = _nbytes(self.inputs(self.options.seed))
+        out = self.reference(self.options.seed)
+        out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
+        info = {"footprint_mb": (in_bytes + 2 * out_bytes) / 2**20}
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            info["reference_peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        del out
+        self._release()
+        return info
+
+    # --- requests -----------------------------------------------------------------------------
+    def serve(self) -> None:
+        while (request := self.link.receive()) is not None:
+            op = request.pop("op", "")
+            try:
+                self.link.reply(**getattr(self, f"op_{op}")(**request))
+            except ProblemFault as exc:
+                self.link.reply(problem=str(exc))
+            except Exception as exc:  # kcoder's own failure (its OOM included): an evaluation error
+                self.link.reply(error=f"{op}: {first_line(exc)}")
+            self._release()
+
+    def op_check(self, seed: int, path: str, label: str) -> dict[str, Any]:
+        """Compare the candidate's saved output for input set `seed` with the reference's."""
+        from kcoder.evaluate.compare import Mismatch, compare_outputs
+
+        torch = self.torch
+        ref = self.reference(seed)
+        try:
+            out = torch.load(path, weights_only=True, map_location=self.device)
+        except Exception as exc:
+            return {"ok": False, "reason": f"{label}: the candidate's output could not be read back "
+                                           f"({first_line(exc)[:120]})"}
+        finally:
+            Path(path).unlink(missing_ok=True)
+        try:
+            stats = compare_outputs(out, ref, self.options.precision)
+        except Mismatch as exc:
+            return {"ok": False, "mismatch": str(exc)}
+        self.fingerprints.add(_fingerprint(ref))
+        return {"ok": True, "stats": stats.__dict__}
+
+    def op_notes(self) -> dict[str, Any]:
+        """What the checks could not tell: degenerate problems."""
+        from kcoder.evaluate.compare import zeros_would_pass
+
+        notes = []
+        if len(self.fingerprints) == 1:
+            notes.append("degenerate problem: the reference output is identical for every input set; "
+                         "correctness was decided by the relative-norm check")
+        if zeros_would_pass(self.reference(self.options.seed), self.options.precision):
+            notes.append("degenerate problem: an all-zeros answer is within tolerance of the reference")
+        return {"notes": notes}
+
+    def op_peak(self) -> dict[str, Any]:
+        peak = self.torch.cuda.max_memory_allocated() / 2**20 if self.device == "cuda" else 0.0
+        return {"peak_mb": peak}
+
+    def op_baselines(self, seeds: list[int], warmup: list[int], min_rounds: int, budget_s: float) -> dict[str, Any]:
+        """Eager and torch.compile timed in random order per round, each on fresh inputs."""
+        from kcoder.evaluate.timing import Clock, time_rounds
+
+        impls = {"eager": self.model}
+        if self.options.compile_baseline:
+            if self.compiled is None:
+                self.compiled = self.torch.compile(self.model)
+            impls["compile"] = self.compiled
+        clock = Clock(self.device)
+        return {"samples": time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup,
+                                       min_rounds=min_rounds, budget_s=budget_s * len(impls),
+                                       seed=self.options.seed)}
+
+    def _release(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
+
+
+def _nbytes(values: list[Any]) -> int:
+    import torch
+
+    return sum(v.nbytes for v in values if isinstance(v, torch.Tensor))
+
+
+def _fingerprint(out: Any) -> str:
+    """A cheap summary of an output's values (shape, dtype, sums) to spot constant references."""
+    import torch
+
+    from kcoder.evaluate.compare import flatten_outputs
+
+    parts = []
+    for _, leaf in flatten_outputs(out):
+        if isinstance(leaf, torch.Tensor):
+            leaf = torch.view_as_real(leaf) if leaf.is_complex() else leaf
+            total = leaf.detach().sum(dtype=torch.float64).item() if leaf.numel() else 0.0
+            ends = leaf.flatten()[[0, -1]].tolist() if leaf.numel() else []
+            parts.append(f"{tuple(leaf.shape)}/{leaf.dtype}/{total:.9g}/{ends}")
+        else:
+            parts.append(repr(leaf))
+    return "|".join(parts)
+
+
+def main() -> None:
+    link = Link()
+    faulthandler.enable()
+    job = json.loads(Path(sys.argv[1]).read_text())
+    server = ReferenceServer(job, link)
+    try:
+        link.reply(**server.start())
+    except ProblemFault as exc:
+        link.reply(problem=str(exc))
+    except Exception as exc:
+        link.reply(error=f"start: {first_line(exc)}")
+    else:
+        server.serve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Starting and ending an evaluation's two child processes.
+
+The reference process runs the user's problem with kcoder's environment minus credentials.
+The candidate's process runs in its private box (sandbox.py): copies of the candidate and
+problem files, a scrubbed environment, bwrap when available, a host-memory watchdog, and
+every process it started killed when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kcoder.evaluate.channel import Limits, Peer
+from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.sandbox import Box, bwrap_argv, kill_all, marked_pids, resident_bytes, scrubbed_env
+from kcoder.procs import kill_group, read_tail
+from kcoder.redact import is_secret_name
+
+LOG_TAIL_BYTES = 16 * 1024
+
+
+class Children:
+    """The reference and candidate processes of one evaluation, under `work` (a temp dir)."""
+
+    def __init__(self, problem: Path, candidate: Path, options: EvalOptions, work: Path, sandbox: str) -> None:
+        self.options, self.work, self.sandbox = options, work, sandbox
+        self.box = Box.create(work)
+        # The candidate runs from copies in its box: its cwd is never the user's folder and no
+        # bytecode lands beside the user's files.
+        self.problem_copy = self.box.root / problem.name
+        self.candidate_copy = self.box.root / candidate.name
+        if self.problem_copy == self.candidate_copy:
+            self.candidate_copy = self.box.root / f"candidate_{candidate.name}"
+        shutil.copyfile(problem, self.problem_copy)
+        shutil.copyfile(candidate, self.candidate_copy)
+        self.problem = problem
+        self.ref_proc: subprocess.Popen | None = None
+        self.cand_proc: subprocess.Popen | None = None
+        self.host_limit = options.host_memory_bytes()
+
+    def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
+        job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
+               "options": self.options.to_dict(), "init_path": str(self.box.io / "init.pt"),
+               "weights_path": str(self.box.io / "weights.pt")}
+        path = (self.box.root if candidate else self.work) / f"{name}.json"
+        path.write_text(json.dumps(job))
+        return path
+
+    def _popen(self, argv: list[str], env: dict[str, str], name: str, cwd: Path) -> subprocess.Popen:
+        log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    start_new_session=True, env=env, cwd=cwd)
+        finally:
+            log.close()
+
+    def start_reference(self) -> Peer:
+        job = self._job("reference", self.problem, None)
+        env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
+        env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
+                   PYTHONDONTWRITEBYTECODE="1")
+        env.pop("KCODER_EVAL_ID", None)
+        argv = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
+        self.ref_proc = self._popen(argv, env, "reference", self.work)
+        opts = self.options
+        limits = Limits({"import": opts.problem_timeout_s, "compile": opts.problem_timeout_s,
+                         "init": opts.problem_timeout_s}, opts.problem_timeout_s)
+        return Peer(self.ref_proc, limits, lambda: None)
+
+    def start_candidate(self) -> Peer:
+        self.stop_candidate()
+        job = self._job("candidate", self.problem_copy, self.candidate_copy)
+        argv = [sys.executable, "-m", "kcoder.evaluate.worker", str(job)]
+        if self.sandbox == "bwrap":
+            argv = bwrap_argv(self.box, self.options.device) + argv
+        self.cand_proc = self._popen(argv, scrubbed_env(self.box), "candidate", self.box.root)
+        opts = self.options
+        limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
+                         "init": opts.init_timeout_s}, opts.import_timeout_s)
+        return Peer(self.cand_proc, limits, self.watch_memory)
+
+    def watch_memory(self) -> str | None:
+        """The host-memory limit, checked while the judge waits for the candidate."""
+        used = resident_bytes(marked_pids(self.box.marker))
+        if used > self.host_limit:
+            kill_all(self.box.marker)
+            return (f"host memory limit: the candidate's processes used {used / 2**30:.1f} GiB "
+                    f"(limit {self.host_limit / 2**30:.1f} GiB)")
+        return None
+
+    def candidate_returncode(self) -> int | None:
+        if self.cand_proc is None:
+            return None
+        try:
+            return self.cand_proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, name: str) -> str:
+        path = self.work / f"{name}.log"
+        return read_tail(path, LOG_TAIL_BYTES) if path.exists() else ""
+
+    def stop_candidate(self) -> None:
+        """End the candidate's process and every process it started (setsid or not)."""
+        if self.cand_proc is None:
+            return
+        _close_pipes(self.cand_proc)
+        kill_group(self.cand_proc)
+        kill_all(self.box.marker)
+        self.cand_proc = None
+
+    def close(self) -> None:
+        self.stop_candidate()
+        if self.ref_proc is not None:
+            _close_pipes(self.ref_proc)
+            kill_group(self.ref_proc)
+            self.ref_proc = None
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            if pipe:
+                pipe.close()
+        except OSError:
+            pass
