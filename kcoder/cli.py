@@ -42,9 +42,12 @@ def _bad_input(message: str, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"error": message}))
     else:
+        from rich.markup import escape
+
         from kcoder.ui import console
 
-        console(stderr=True).print(f"[red]error:[/] {message}")
+        # soft_wrap: one line per error however narrow the terminal (or none, when piped)
+        console(stderr=True).print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(2)
 
 

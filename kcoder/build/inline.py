@@ -127,9 +127,12 @@ BUILT_MARKER = "kcoder-built.json"
 def make_load_inline(original: Any, fast: bool = True) -> Any:
     """Wrap torch's load_inline so each distinct build gets its own directory.
 
-    fast: let `fastbuild` try a precompiled header and a torch-free CUDA unit first (the plain
-    build still runs if that fails). A finished build leaves a marker, so re-evaluating an
-    unchanged candidate imports the built module without running torch's build steps at all.
+    fast: let `fastbuild` try a precompiled header, the light header and a torch-free CUDA unit
+    first (built again the plain way when an error may come from the header a form left out).
+    A failure raises BuildError: its message is the first compiler diagnostic, located in the
+    candidate's sources, and its log ends with how many compiles the build took. A finished
+    build leaves a marker, so re-evaluating an unchanged candidate imports the built module
+    without running torch's build steps at all.
     """
     import torch.utils.cpp_extension as cpp_extension
 

@@ -35,6 +35,9 @@ class EvalOptions:
     problem_timeout_s: float = 300.0  # each request to the reference process (the user's Model)
     verify_timeout_s: float = 180.0
     timing_timeout_s: float = 600.0
+    # False only in kcoder's own red-team tests, to show that the layers behind the static
+    # checks hold on their own; never exposed on the command line.
+    static_checks: bool = True
     sandbox: str = "auto"  # "auto" | "bwrap" | "none" (see evaluate/sandbox.py)
     host_memory_gb: float | None = None  # candidate's processes, resident; None: 3/4 of the host's memory
     gpu_memory_fraction: float = 0.5  # the candidate's caching-allocator cap (the reference needs room too)

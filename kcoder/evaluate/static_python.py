@@ -97,19 +97,33 @@ class Checker(ast.NodeVisitor):
     def _check_reference(self, node: ast.AST, path: str, importing: bool = False) -> None:
         if importing and path in rules.MEMOISERS:
             return  # judged where it decorates (a cached kernel builder is fine)
-        for denied, (check, message) in rules.DENY_REFS.items():
-            if path == denied or path.startswith(denied + "."):
-                self.add(node, check, f"{message} (`{path}`)")
-                return
+        parts = path.split(".")
+        # `torch.utils.cpp_extension.os.fork` is `os.fork`: a module reached through another.
+        # (torch's own submodules that share a name, such as torch.signal, are judged as torch's.)
+        for start in range(len(parts)):
+            if start == 0 or (parts[start] in rules.MODULE_ROOTS and parts[start - 1] != "torch"):
+                if self._refused(node, ".".join(parts[start:]), importing):
+                    return
+
+    def _refused(self, node: ast.AST, path: str, importing: bool) -> bool:
+        for table in (rules.DENY_REFS, {} if importing else rules.DENY_IMPORTS):
+            for denied, (check, message) in table.items():
+                if path == denied or path.startswith(denied + "."):
+                    self.add(node, check, f"{message} (`{path}`)")
+                    return True
         root = path.split(".")[0]
         if root in rules.ALLOW_ONLY and not rules.allowed_path(path, importing):
             check, message = rules.ALLOW_ONLY[root][1:]
             self.add(node, check, f"{message} (`{path}`)")
-        elif path in rules.SENSITIVE_MODULES and not importing:
+            return True
+        if path in rules.SENSITIVE_MODULES and not importing:
             self.add(node, "introspection", f"passes the module `{path}` around (its uses cannot be checked)")
+            return True
         if not importing and (path.split(".")[:2] == ["os", "environ"] or path in ("os.getenv", "os.environb")):
             self.add(node, "secrets", f"reads or changes the environment (`{path}`); only "
                      f"{', '.join(sorted(rules.ENV_READ))} may be read")
+            return True
+        return False
 
     def visit_Name(self, node: ast.Name) -> None:
         if id(node) in self.cleared or not isinstance(node.ctx, ast.Load):
@@ -127,6 +141,8 @@ class Checker(ast.NodeVisitor):
             self.add(node, "guard-evasion", f"inspects or disables torch's modes (`.{node.attr}`)")
         if node.attr in rules.FILE_ATTRS:
             self.add(node, "file-io", f"reads or writes files (`.{node.attr}`)")
+        if node.attr in rules.LOADER_ATTRS:
+            self.add(node, "dynamic-code", f"loads or reads modules through their loader (`.{node.attr}`)")
         name = dotted(node)
         if name and id(node) not in self.cleared:
             # Judge the whole chain once (`importlib.util.find_spec`, not `importlib.util` too).
@@ -152,10 +168,10 @@ class Checker(ast.NodeVisitor):
             self.cleared.add(id(node.func))  # registering its own parameters and buffers
         if name in ("getattr", "hasattr", "delattr") and node.args:
             self._dynamic_attribute(node, name)
-        if name in ("importlib.import_module", "importlib.__import__"):
+        if name in ("importlib.import_module", "importlib.util.find_spec"):
             self._clear_chain(node.func)
             if first is None:
-                self.add(node, "dynamic-code", "imports a module whose name is computed at run time")
+                self.add(node, "dynamic-code", f"names a module computed at run time (`{name}`)")
             else:
                 self._check_module(node, first)
         if name in ("os.getenv", "os.environ.get", "os.environ.setdefault"):
@@ -163,6 +179,11 @@ class Checker(ast.NodeVisitor):
         if isinstance(node.func, ast.Attribute):
             self._path_method(node, node.func)
         self.generic_visit(node)
+
+    def _imported_module(self, value: ast.AST) -> str | None:
+        if isinstance(value, ast.Call) and self.resolve(dotted(value.func)) == "importlib.import_module":
+            return _const_str(value.args[0]) if value.args else None
+        return None
 
     def _dynamic_attribute(self, node: ast.Call, name: str) -> None:
         target = dotted(node.args[0])
@@ -237,6 +258,9 @@ class Checker(ast.NodeVisitor):
             self._check_target(target)
             if isinstance(target, ast.Name):
                 (self.path_names.add if self._is_path(node.value) else self.path_names.discard)(target.id)
+                imported = self._imported_module(node.value)
+                if imported:  # `m = importlib.import_module("os")` makes `m` the module
+                    self.aliases[target.id] = imported
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:

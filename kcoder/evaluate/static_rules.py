@@ -165,6 +165,9 @@ EVASION_ATTRS = {"_is_torch_function_mode_enabled", "_get_current_dispatch_mode"
 # Methods that read or write files on whatever object has them (pathlib, numpy, torch storages).
 FILE_ATTRS = {"write_text", "write_bytes", "read_text", "read_bytes", "touch", "unlink", "mkdir", "rmdir",
               "symlink_to", "hardlink_to", "iterdir", "rglob", "tofile", "from_file", "fromfile", "chmod", "lchmod"}
+# Loader and spec methods: they run or read a module's file (`find_spec(m).loader.exec_module`).
+LOADER_ATTRS = {"exec_module", "load_module", "get_data", "get_source", "get_code", "get_filename",
+                "module_from_spec", "spec_from_file_location", "spec_from_loader", "SourceFileLoader"}
 # Methods that touch files only on a path object (`str.replace`, `Tensor.rename` are honest).
 PATH_METHODS = {"open", "replace", "rename", "glob", "walk", "link_to"}
 PATH_TYPES = {"pathlib.Path", "pathlib.PosixPath", "pathlib.PurePath", "pathlib.PurePosixPath", "pathlib.WindowsPath"}
@@ -200,3 +203,9 @@ def optional_import(node: ast.Try) -> bool:
     values = [stmt.value for stmt in node.body + [s for h in node.handlers for s in h.body]
               if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None]
     return not any(isinstance(n, (ast.Call, ast.Lambda)) for value in values for n in ast.walk(value))
+
+
+# Module names checked where a chain reaches them through another module's attribute
+# (`torch.utils.cpp_extension.os.fork`): every module the tables above name, except torch's.
+MODULE_ROOTS = ({name.split(".")[0] for name in [*DENY_IMPORTS, *DENY_REFS, *ALLOW_ONLY, *SENSITIVE_MODULES]}
+                - {"torch", "numpy", "functools", "time"})

@@ -63,3 +63,28 @@ def test_integers_compare_exactly_and_half_is_looser():
         compare_outputs(ints + (ints == 3), ints, "strict")
     ref = _ref().half()
     compare_outputs((ref.float() * (1 + 1e-3)).half(), ref, "strict")
+
+
+def test_chunked_comparison_matches_whole_tensor_figures(monkeypatch):
+    """Outputs are compared chunk by chunk (bounded memory at real sizes); the statistics and
+    the first bad position must be those of the whole tensor."""
+    import torch
+
+    from kcoder.evaluate import compare
+
+    torch.manual_seed(0)
+    ref = torch.randn(13, 11)
+    out = ref + 1e-7 * torch.randn(13, 11)
+    whole = compare.compare_outputs(out, ref, "strict")
+    monkeypatch.setattr(compare, "CHUNK", 7)
+    chunked = compare.compare_outputs(out, ref, "strict")
+    assert chunked.max_abs_err == pytest.approx(whole.max_abs_err)
+    assert chunked.rel_norm_err == pytest.approx(whole.rel_norm_err)
+    bad = out.clone()
+    bad[9, 4] += 1.0
+    bad[12, 10] = float("nan")
+    with pytest.raises(compare.Mismatch, match="NaN positions differ"):
+        compare.compare_outputs(bad, ref, "strict")
+    bad[12, 10] = ref[12, 10]
+    with pytest.raises(compare.Mismatch, match=r"1 of 143 elements outside tolerance \(first at \(9, 4\)"):
+        compare.compare_outputs(bad, ref, "strict")

@@ -108,6 +108,11 @@ def test_full_only_macros_come_from_the_real_headers(tmp_path):
     # The frontend's own macros; none the light header also defines, and no plain names.
     assert {"TORCH_MODULE", "TORCH_ARG"} <= macros
     assert not {"TORCH_CHECK", "PYBIND11_MODULE", "AT_DISPATCH_FLOATING_TYPES", "Sequential", "rows"} & macros
+    # Beside them, every identifier the full header spells: a failed light build whose
+    # undeclared name is not among them is not built again (it cannot be torch's).
+    names = lightheader.full_names(tmp_path)
+    assert names and {"Sequential", "queue", "nn", "rows", "TORCH_MODULE"} <= names
+    assert "undeclared_thing" not in names and "scael" not in names
 
 
 def _testlib_variant(tag: str) -> str:

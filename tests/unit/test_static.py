@@ -40,6 +40,15 @@ REFUSED = {
     "importlib-computed": ("import importlib\nn = 'x'\nm = importlib.import_module(n)\n", "dynamic-code"),
     "importlib-from-file": ("import importlib.util\ns = importlib.util.spec_from_file_location('m', 'p')\n",
                             "dynamic-code"),
+    # modules reached some other way than their import
+    "os-through-torch": ("import torch.utils.cpp_extension as ce\nce.os.fork()\n", "process"),
+    "subprocess-through-torch": ("import torch\ntorch.utils.cpp_extension.subprocess.run(['sh'])\n", "process"),
+    "module-by-import-module": ("import importlib\nm = importlib.import_module('os')\nm.kill(1, 9)\n", "process"),
+    "getattr-module-of-module": ("import torch\nm = getattr(torch.utils.cpp_extension, 'os')\n", "introspection"),
+    "denied-submodule-attribute": ("import torch\nscript = torch.jit.script\n", "torch-compiler"),
+    "find-spec-reference": ("import importlib.util\ns = importlib.util.find_spec('scale_add')\n", "reference-access"),
+    "spec-loader-exec": ("import importlib.util\nimportlib.util.find_spec('torch').loader.exec_module(m)\n",
+                         "dynamic-code"),
     # files through pathlib and os
     "pathlib-write-text": ("from pathlib import Path\nPath('/tmp/x').write_text('k')\n", "file-io"),
     "pathlib-touch": ("import pathlib\npathlib.Path('/tmp/x').touch()\n", "file-io"),
@@ -137,6 +146,7 @@ ACCEPTED = {
     "importlib-find-spec": "import importlib.util\nhas_ninja = importlib.util.find_spec('ninja') is not None\n",
     "importlib-import-module": "import importlib\nm = importlib.import_module('math')\n",
     "importlib-metadata": "from importlib.metadata import version\nv = version('torch')\n",
+    "torch-submodule-named-like-stdlib": "import torch\nw = torch.signal.windows.hann(4)\n",
     "os-path": "import os\nhere = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'x')\n",
     "os-cpu-count": "import os\nn = os.cpu_count() or 1\npid = os.getpid()\n",
     "environ-get-arch": "import os\narch = os.environ.get('TORCH_CUDA_ARCH_LIST', '')\n",
