@@ -31,18 +31,17 @@ def test_problem_with_non_tensor_inputs_is_bad_input(tmp_path):
     cand = tmp_path / "cand.py"
     cand.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self, s):\n"
                     "        super().__init__()\n    def forward(self, x, y):\n        return x\n")
-    code, verdict = run_json("eval", str(path), str(cand), "--device", "cpu")
+    code, payload = run_json("eval", str(path), str(cand), "--device", "cpu")
     assert code == 2
-    assert verdict["stage"] == "problem"
-    assert "inputs must be tensors or scalars" in verdict["reason"] and "dict_inputs.py" in verdict["reason"]
+    assert "inputs must be tensors or scalars" in payload["error"] and "dict_inputs.py" in payload["error"]
 
 
-def test_candidate_without_modelnew_is_bad_input(tmp_path):
+def test_candidate_without_modelnew_is_a_failed_candidate(tmp_path):
     cand = tmp_path / "nothing.py"
     cand.write_text("x = 1\n")
-    code, payload = run_json("eval", str(PROBLEMS / "scale_add.py"), str(cand), "--device", "cpu")
-    assert code == 2
-    assert "nothing.py" in payload["error"] and "ModelNew" in payload["error"]
+    code, verdict = run_json("eval", str(PROBLEMS / "scale_add.py"), str(cand), "--device", "cpu")
+    assert code == 1 and verdict["reward"] == -1
+    assert "nothing.py" in verdict["reason"] and "ModelNew" in verdict["reason"]
 
 
 def test_missing_file_and_bad_option():
