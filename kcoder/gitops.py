@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kcoder.redact import redact, redact_data
+
 if TYPE_CHECKING:
     import git
 
@@ -246,13 +248,14 @@ def commit_accepted(
 
     old = _rev(repo, ref)
     parent = old or _rev(repo, "HEAD")  # None: unborn HEAD, so a root commit
+    report = redact_data(report)  # what leaves the machine never carries a secret's value
     message = build_message(stem, report, model_rel)
     with tempfile.TemporaryDirectory(prefix="kcoder-git-") as tmp:
         t = Path(tmp)
         (t / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         sources = {"model_new.py": candidate, "report.json": t / "report.json"}
         if report_md is not None:
-            (t / "report.md").write_text(report_md)
+            (t / "report.md").write_text(redact(report_md))
             sources["report.md"] = t / "report.md"
         (t / "message").write_text(message)
         # A private index: the user's .git/index (and staged changes) is never opened.

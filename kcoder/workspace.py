@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.paths import runs_root
+from kcoder.redact import redact, redact_data
 from kcoder.verdict import Verdict
 
 REFERENCE = "model.py"
@@ -177,7 +178,7 @@ class Workspace:
     # --- trajectory -------------------------------------------------------------------------
     def append(self, record: dict[str, Any]) -> None:
         """Append one record to trajectory.jsonl and flush it to disk straight away."""
-        line = json.dumps(record, ensure_ascii=False, default=str)
+        line = json.dumps(redact_data(record), ensure_ascii=False, default=str)
         path = self.trajectory_path
         # A run killed mid-write leaves a torn last line: start on a fresh line after it.
         torn = path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
@@ -202,12 +203,12 @@ class Workspace:
     def write_report(self, report: dict[str, Any]) -> None:
         """Write report.json and a human-readable report.md."""
         self._write_json("report.json", report)
-        (self.root / "report.md").write_text(render_report_md(report), encoding="utf-8")
+        (self.root / "report.md").write_text(redact(render_report_md(report)), encoding="utf-8")
 
     def _write_json(self, rel: str, data: dict[str, Any]) -> None:
         path = self.root / rel
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(redact_data(data), indent=2, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, path)
 
 

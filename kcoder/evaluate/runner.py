@@ -39,7 +39,9 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
     source = _candidate_source(candidate_path, verdict)
     if source is None:
         return finish(verdict)
-    findings = check_source(source, allow=options.allow, reference_stems={problem.name}) if options.static_checks else []
+    findings = []
+    if options.static_checks:
+        findings = check_source(source, allow=options.allow, reference_stems={problem.name})
     if findings:
         verdict.fail("static", findings[0].describe(candidate_path.name),
                      "\n".join(f.describe(candidate_path.name) for f in findings))
