@@ -165,6 +165,7 @@ class Judge:
             self.last_seed = self.seed()
             reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed)
             times.append(_time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
+            self._note_carveout(reply.get("l2_carveout"))
             # Which timed outputs are checked is drawn after the call, so every call must be right.
             if r == 0 or self.rng.random() < 1.0 / max(1, opts.audit_every):
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
@@ -173,6 +174,12 @@ class Judge:
             if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= opts.timing_budget_s:
                 break
         return times
+
+    def _note_carveout(self, carveout: Any) -> None:
+        note = ("persisting-L2 carve-out found set before a timed call (an access-policy window?); "
+                "it was reset before every timed call")
+        if isinstance(carveout, int) and carveout > 0 and note not in self.verdict.notes:
+            self.verdict.notes.append(note)
 
     def outer_clock_check(self, claimed_us: float, deadline: float) -> None:
         """k calls back to back, timed by the judge's clock minus an empty round trip, must agree

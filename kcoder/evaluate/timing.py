@@ -109,12 +109,20 @@ class Clock:
             self.gpu_sleep = torch.cuda._sleep
             self.cudart = loaded_cudart()
 
-    def reset_persisting_l2(self) -> None:
+    def reset_persisting_l2(self) -> int:
         """Drop persisting-L2 lines and their carve-out (an access-policy window set by a
-        candidate would otherwise keep its data resident across the flush)."""
-        if self.cuda and self.cudart is not None:
-            self.cudart.cudaCtxResetPersistingL2Cache()
-            self.cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, 0)
+        candidate would otherwise keep its data resident across the flush). Returns the
+        carve-out in bytes that was set before the reset (0 when none was)."""
+        if not self.cuda or self.cudart is None:
+            return 0
+        import ctypes
+
+        found = ctypes.c_size_t(0)
+        self.cudart.cudaDeviceGetLimit(ctypes.byref(found), CUDA_LIMIT_PERSISTING_L2)
+        self.cudart.cudaCtxResetPersistingL2Cache()
+        if found.value:
+            self.cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+        return int(found.value)
 
     def sync(self) -> None:
         if self.cuda:

@@ -177,13 +177,13 @@ class CandidateServer:
     def op_time(self, seed: int) -> dict[str, Any]:
         """One timed call on fresh inputs; the output is kept until the next request."""
         inputs = self.inputs(seed)
-        self.clock.reset_persisting_l2()
+        carveout = self.clock.reset_persisting_l2()
         with self.torch.no_grad():
             out, read = self._call(lambda: self.clock.call(self.model, inputs), "timing", direct=True)
         self.clock.sync()
         self._integrity("timing", "a timed call")
         self.last = out
-        return {"us": read()}
+        return {"us": read(), "l2_carveout": carveout}
 
     def op_save_last(self, path: str) -> dict[str, Any]:
         self._save(self.last, path)
