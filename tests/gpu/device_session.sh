@@ -62,6 +62,19 @@ bench() {
     | tee "$out/spread.log" | tail -3
 }
 
+# trust: the sandboxed evaluator on the GPU (bwrap from .whl/bin when the machine has none),
+#        the CUDA gpu tests and red team, and bench/memory.py (examples + a 6.4 GiB problem).
+trust() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  python3 -c "from kcoder.evaluate.sandbox import resolve_mode; print('SANDBOX', resolve_mode('auto'))"
+  timeout 200 python3 -m kcoder eval examples/softmax_rows/model.py examples/softmax_rows/solution_cuda.py \
+    --device cuda --json > "$out/smoke.json" 2> "$out/smoke.err"; echo "SMOKE rc=$?"
+  python3 -c "import json; d=json.load(open('$out/smoke.json')); print('SMOKE', d['status'], d['reason'], d['sandbox'], d['notes'][-3:])"
+  timeout 330 python3 -m pytest -m gpu -q -s tests/gpu/test_cuda.py tests/gpu/test_cuda_redteam.py 2>&1 \
+    | tee "$out/gpu_tests.log" | grep -E "EXAMPLE|SABOTAGE|passed|failed|Error|assert" | head -40
+  timeout 240 python3 bench/memory.py 2>&1 | tee "$out/memory.log" | tail -9
+}
+
 profile_tests() {
   timeout 330 python3 -m pytest -m gpu -q -s tests/gpu/test_profile_gpu.py 2>&1 | tee "$out/gpu_profile.log" \
     | grep -E "PROFILE|MEMORY|passed|failed|Error|assert" | head -30
