@@ -1,0 +1,1 @@
+"""kcoder profile: Nsight Compute, ptxas resources, roofline and rendering."""
