@@ -270,3 +270,217 @@ class ModelNew(nn.Module):
     def forward(self, x, y):
 {body}
 '''
+
+
+# Red team of the evaluator's trust boundary (tests/integrity/test_trust_boundary.py): every
+# native attack in one source, so one cold build serves them all. Each ATTACK_PARTS entry is
+# one attack's code on its own, for the static-check tests (which never build it). Every
+# name, path and port comes from the Python side, so the C++ holds no test-specific value.
+ATTACK_INCLUDES = r"""
+#include <torch/extension.h>
+#include <Python.h>
+#include <unistd.h>
+#include <dlfcn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+"""
+
+# Honest kernel, so that an attack that has no effect leaves an acceptable candidate.
+ATTACK_KERNEL = r"""
+torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
+    TORCH_CHECK(x.is_contiguous() && y.is_contiguous(), "inputs must be contiguous");
+    auto out = torch::empty_like(x);
+    const float* a = x.data_ptr<float>();
+    const float* b = y.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    const int64_t n = x.numel();
+    const float s = static_cast<float>(scale);
+    #pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) {
+        float v = a[i] * s + b[i];
+        o[i] = v > 0.f ? v : 0.f;
+    }
+    return out;
+}
+"""
+
+# Shared by the daemon and fork attacks (it names and hides the process they start).
+ATTACK_DAEMON_HELPER = r"""
+extern char** environ;
+
+// What a detached process does: take a name that tests can find in the process list, optionally
+// wipe its environment strings (the judge finds the candidate's processes by a marker in
+// each process's environment), then spin (CPU load) or sleep, for a bounded time.
+static void become_daemon(const std::string& name, bool spin, bool hide) {
+    prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);
+    if (hide) {
+        for (char** e = environ; e && *e; ++e) std::memset(*e, 0, std::strlen(*e));
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    volatile unsigned long long i = 0;
+    while (std::chrono::steady_clock::now() < until) {
+        if (spin) { for (int k = 0; k < 1000000; ++k) i = i + 1; }
+        else { usleep(100000); }
+    }
+    _exit(0);
+}
+"""
+
+ATTACK_PARTS = {
+    # Forged replies written from C++ to every descriptor the process might hold.
+    "forge": r"""
+int64_t forge_replies(const std::string& lines) {
+    int64_t written = 0;
+    for (int fd = 0; fd < 256; ++fd) {
+        if (::write(fd, lines.data(), lines.size()) == (ssize_t)lines.size()) ++written;
+    }
+    return written;
+}
+""",
+    # A file written with C stdio, wherever the caller says.
+    "fopen": r"""
+bool write_file(const std::string& path, const std::string& text) {
+    FILE* f = fopen(path.c_str(), "w");
+    if (!f) return false;
+    fputs(text.c_str(), f);
+    fclose(f);
+    return true;
+}
+""",
+    # A TCP connection to 127.0.0.1:port; 0 when it connected, the errno otherwise.
+    "connect": r"""
+int64_t connect_to(int64_t port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return errno;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = connect(s, (sockaddr*)&addr, sizeof(addr));
+    int err = rc == 0 ? 0 : errno;
+    if (rc == 0) { const char hello[] = "hello from the candidate"; send(s, hello, sizeof(hello), 0); }
+    close(s);
+    return err;
+}
+""",
+    # The classic daemon: fork, setsid, fork again; the grandchild lives on (named `name`).
+    "daemon": r"""
+int64_t start_daemon(const std::string& name, bool spin, bool hide) {
+    pid_t child = fork();
+    if (child < 0) return -errno;
+    if (child == 0) {
+        setsid();
+        pid_t grandchild = fork();
+        if (grandchild == 0) become_daemon(name, spin, hide);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return child;
+}
+""",
+    # fork() reached through a function pointer, or looked up with dlsym; the child sleeps.
+    "fork-pointer": r"""
+int64_t fork_via_pointer(const std::string& name, bool via_dlsym) {
+    pid_t (*fp)() = &fork;
+    if (via_dlsym) fp = reinterpret_cast<pid_t (*)()>(dlsym(RTLD_DEFAULT, "fork"));
+    if (!fp) return -1;
+    pid_t pid = fp();
+    if (pid == 0) become_daemon(name, false, false);
+    return pid;
+}
+""",
+    # Timer hijack through the Python C API: time.perf_counter keeps its identity, but the C
+    # function behind it now returns the real value divided by `factor`.
+    "timer-hijack": r"""
+static PyCFunction real_perf_counter = nullptr;
+static double perf_counter_factor = 100.0;
+
+static PyObject* slow_perf_counter(PyObject* self, PyObject* unused) {
+    PyObject* real = real_perf_counter(self, unused);
+    if (!real) return nullptr;
+    double value = PyFloat_AsDouble(real);
+    Py_DECREF(real);
+    return PyFloat_FromDouble(value / perf_counter_factor);
+}
+
+bool hijack_perf_counter(double factor) {
+    PyObject* modules = PySys_GetObject("modules");
+    PyObject* time_module = modules ? PyDict_GetItemString(modules, "time") : nullptr;
+    if (!time_module) return false;
+    PyObject* fn = PyObject_GetAttrString(time_module, "perf_counter");
+    if (!fn) { PyErr_Clear(); return false; }
+    bool ok = PyCFunction_Check(fn);
+    if (ok) {
+        PyMethodDef* def = ((PyCFunctionObject*)fn)->m_ml;
+        if (!real_perf_counter) real_perf_counter = def->ml_meth;
+        perf_counter_factor = factor;
+        def->ml_meth = (PyCFunction)slow_perf_counter;
+    }
+    Py_DECREF(fn);
+    return ok;
+}
+""",
+    # Background CPU load: a detached native thread (a daemon process is `start_daemon(..., true, ...)`).
+    "spin-thread": r"""
+void spin_thread(double seconds) {
+    std::thread([seconds] {
+        auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        volatile unsigned long long i = 0;
+        while (std::chrono::steady_clock::now() < until) i = i + 1;
+    }).detach();
+}
+""",
+}
+
+ATTACK_CPP = ATTACK_INCLUDES + ATTACK_KERNEL + ATTACK_DAEMON_HELPER + "".join(ATTACK_PARTS.values())
+
+
+def attack_part_cpp(name: str) -> str:
+    """One attack of ATTACK_PARTS alone, with the honest kernel and only the torch header (and
+    the daemon helper where it needs it): what the static checks see of that attack. Not built."""
+    helper = ATTACK_DAEMON_HELPER if name in ("daemon", "fork-pointer") else ""
+    return "#include <torch/extension.h>\n" + ATTACK_KERNEL + helper + ATTACK_PARTS[name]
+ATTACK_FUNCTIONS = ["scale_add_relu", "forge_replies", "write_file", "connect_to", "start_daemon",
+                    "fork_via_pointer", "hijack_perf_counter", "spin_thread"]
+
+
+def attack_candidate_source(forward_body: str, *, init: str = "", header: str = "", cpp: str = ATTACK_CPP,
+                            functions=None) -> str:
+    """Source of a candidate that builds `cpp` (default ATTACK_CPP, one shared build) as `_ext`;
+    `init` and `forward_body` are the bodies of ModelNew.__init__ (after `self.scale = scale`)
+    and ModelNew.forward(self, x, y)."""
+    funcs = ATTACK_FUNCTIONS if functions is None else functions
+    body = "\n".join("        " + line for line in forward_body.strip("\n").splitlines())
+    init_body = "\n".join("        " + line for line in init.strip("\n").splitlines()) or "        pass"
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{header}
+_ext = load_inline(
+    name="kcoder_attacklib",
+    cpp_sources=[{cpp!r}],
+    functions={funcs!r},
+    extra_cflags=["-O2", "-fopenmp"],
+    extra_ldflags=["-fopenmp"],
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+{init_body}
+
+    def forward(self, x, y):
+{body}
+'''

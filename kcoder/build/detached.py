@@ -17,7 +17,28 @@ def running(marker: Path, limit_s: float) -> bool:
         return False
 
 
+# Jobs this process started: an evaluation's sandbox kills every process of the candidate's
+# when it ends, so the evaluation waits for these first (see wait_spawned).
+SPAWNED: list[subprocess.Popen] = []
+
+
 def spawn(script: str, env: dict[str, str] | None = None) -> None:
     """Run the shell `script` in its own session, detached from this process's terminal."""
-    subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    SPAWNED.append(subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+
+
+def pending() -> int:
+    """How many spawned jobs are still running."""
+    return sum(1 for job in SPAWNED if job.poll() is None)
+
+
+def wait_spawned(limit_s: float) -> int:
+    """Wait up to `limit_s` for the spawned jobs; return how many are still running."""
+    deadline = time.monotonic() + limit_s
+    for job in SPAWNED:
+        try:
+            job.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    return pending()

@@ -50,6 +50,8 @@ class Judge:
         self.verdict, self.children = verdict, children
         self.rng = random.Random(secrets.randbits(64))
         self.cand: Peer | None = None
+        self.background_jobs = 0
+        self.broken = False  # the candidate's channel failed: never wait on it again
 
     def seed(self) -> int:
         return self.rng.randrange(1, 2**31)
@@ -60,6 +62,15 @@ class Judge:
             self._stages()
         except Stop:
             pass
+        finally:
+            self.stop_candidate()
+
+    def stop_candidate(self) -> None:
+        """End the candidate's processes; a healthy one with kcoder's background build jobs
+        (the precompiled header's first build) may finish them first."""
+        healthy = self.background_jobs > 0 and not self.broken
+        self.children.stop_candidate(self.cand if healthy else None)
+        self.background_jobs = 0
 
     def _stages(self) -> None:
         v, opts = self.verdict, self.options
@@ -85,6 +96,8 @@ class Judge:
         started = time.perf_counter()
         self.cand = self.children.start_candidate()
         built = self.ask_candidate(None, "build")
+        jobs = built.get("background_jobs")
+        self.background_jobs = jobs if isinstance(jobs, int) else 0
         if first:
             v.compiled = True
             v.notes.extend(str(n)[:300] for n in built.get("notes", [])[:20])
@@ -134,7 +147,7 @@ class Judge:
         v.stage = "timing"
         started = time.perf_counter()
         deadline = time.monotonic() + opts.timing_timeout_s
-        self.children.stop_candidate()  # nothing of the candidate runs while baselines are timed
+        self.stop_candidate()  # nothing of the candidate runs while baselines are timed
         before = self.baselines(deadline)
         self.start_candidate(first=False)
         v.stage = "timing"
@@ -142,7 +155,7 @@ class Judge:
         self.outer_clock_check(statistics.median(cand), deadline)
         self.hidden_work_check(statistics.median(cand), deadline)
         self.record_peak(deadline)
-        self.children.stop_candidate()
+        self.stop_candidate()
         after = self.baselines(deadline)
         samples = {k: before[k] + after[k] for k in before}
         samples["candidate"] = cand
@@ -154,8 +167,13 @@ class Judge:
         warm = [self.seed() for _ in range(opts.warmup)]
         seeds = [self.seed() for _ in range(max(2, opts.max_rounds // 2))]
         reply = self.ask_reference(_left(deadline), "timing", op="baselines", seeds=seeds, warmup=warm,
-                                   min_rounds=max(2, opts.min_rounds // 2), budget_s=opts.timing_budget_s / 2)
+                                   min_rounds=max(2, opts.min_rounds // 2), budget_s=self.share_s() / 2)
         return reply["samples"]
+
+    def share_s(self) -> float:
+        """Measured seconds per implementation: the timing budget split between the candidate
+        and the baselines (in halves before and after the candidate's rounds)."""
+        return self.options.timing_budget_s / (3 if self.options.compile_baseline else 2)
 
     def candidate_rounds(self, deadline: float) -> list[float]:
         opts = self.options
@@ -171,7 +189,7 @@ class Judge:
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
             if opts.audit_every and r % opts.audit_every == opts.audit_every - 1:
                 self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
-            if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= opts.timing_budget_s:
+            if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s():
                 break
         return times
 
@@ -318,6 +336,7 @@ class Judge:
     def crash(self, stage: str, exc: ChannelError) -> None:
         from kcoder.evaluate.crash import crash_reason
 
+        self.broken = True
         phase = exc.phase if exc.phase in ("import", "compile", "init") and stage == "build" else stage
         reason = crash_reason(exc, phase, self.children.candidate_returncode(), self.options,
                               self.children.log_tail("candidate"))

@@ -177,7 +177,7 @@ class ReferenceServer:
             impls["compile"] = self.compiled
         clock = Clock(self.device)
         return {"samples": time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup,
-                                       min_rounds=min_rounds, budget_s=budget_s * len(impls),
+                                       min_rounds=min_rounds, budget_s=budget_s * len(impls),  # per implementation
                                        seed=self.options.seed)}
 
     def _release(self) -> None:

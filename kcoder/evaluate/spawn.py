@@ -13,15 +13,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from kcoder.evaluate.channel import Limits, Peer
+from kcoder.evaluate.channel import ChannelError, Limits, Peer
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sandbox import Box, bwrap_argv, kill_all, marked_pids, resident_bytes, scrubbed_env
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
 
 LOG_TAIL_BYTES = 16 * 1024
+WATCH_EVERY_S = 0.5
+BACKGROUND_BUILD_S = 300.0  # how long an evaluation waits for a precompiled header being built
 
 
 class Children:
@@ -42,6 +45,7 @@ class Children:
         self.ref_proc: subprocess.Popen | None = None
         self.cand_proc: subprocess.Popen | None = None
         self.host_limit = options.host_memory_bytes()
+        self.watched = 0.0
 
     def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
         job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
@@ -85,7 +89,12 @@ class Children:
         return Peer(self.cand_proc, limits, self.watch_memory)
 
     def watch_memory(self) -> str | None:
-        """The host-memory limit, checked while the judge waits for the candidate."""
+        """The host-memory limit, checked while the judge waits for the candidate (a scan of
+        /proc at most every WATCH_EVERY_S)."""
+        now = time.monotonic()
+        if now - self.watched < WATCH_EVERY_S:
+            return None
+        self.watched = now
         used = resident_bytes(marked_pids(self.box.marker))
         if used > self.host_limit:
             kill_all(self.box.marker)
@@ -105,10 +114,16 @@ class Children:
         path = self.work / f"{name}.log"
         return read_tail(path, LOG_TAIL_BYTES) if path.exists() else ""
 
-    def stop_candidate(self) -> None:
-        """End the candidate's process and every process it started (setsid or not)."""
+    def stop_candidate(self, peer: Peer | None = None) -> None:
+        """End the candidate's process and every process it started (setsid or not). With
+        `peer`, kcoder's own background build jobs in it may finish first."""
         if self.cand_proc is None:
             return
+        if peer is not None:
+            try:
+                peer.request(BACKGROUND_BUILD_S + 5, op="finish", limit_s=BACKGROUND_BUILD_S)
+            except ChannelError:
+                pass
         _close_pipes(self.cand_proc)
         kill_group(self.cand_proc)
         kill_all(self.box.marker)

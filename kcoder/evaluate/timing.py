@@ -178,14 +178,18 @@ def time_rounds(impls: dict[str, Callable[..., Any]], make_inputs: Callable[[int
         for r, s in enumerate(seeds):
             order = names[:]
             rng.shuffle(order)
-            for name in order:
-                inputs = make_inputs(s)
+            fresh = make_inputs(s)
+            for i, name in enumerate(order):
+                # a copy for all but the last call: one input set is made per round, and a
+                # call that modifies its inputs cannot affect the next
+                inputs = [x.clone() if hasattr(x, "clone") else x for x in fresh] if i < len(order) - 1 else fresh
                 clock.reset_persisting_l2()
                 out, read = clock.call(impls[name], inputs)
                 clock.sync()
                 samples[name].append(read())
                 spent += samples[name][-1] / 1e6
                 del out, inputs
+            del fresh
             if r + 1 >= min_rounds and spent >= budget_s:
                 break
     return samples

@@ -71,7 +71,9 @@ class CandidateServer:
         self.timers = _timer_identities(torch)
         self.threads = threading.active_count()
         records = [build.describe(r) for r in build.BUILD_RECORDS]
-        return {"built": True, "notes": notes + records, "seconds": seconds}
+        from kcoder.build import detached
+
+        return {"built": True, "notes": notes + records, "seconds": seconds, "background_jobs": detached.pending()}
 
     def _announce_compiles(self) -> None:
         """Tell the judge when load_inline is compiling: the compiler has its own time limit."""
@@ -256,6 +258,12 @@ class CandidateServer:
         if self.device != "cuda":
             return 0.0
         return self.torch.cuda.max_memory_allocated() / 2**20
+
+    def op_finish(self, limit_s: float) -> dict[str, Any]:
+        """Let background build jobs (the precompiled header) finish before the sandbox ends."""
+        from kcoder.build import detached
+
+        return {"finished": True, "still_running": detached.wait_spawned(limit_s)}
 
     def op_peak(self) -> dict[str, Any]:
         return {"peak_mb": self.peak_mb()}

@@ -54,7 +54,7 @@ def test_compile_error_reports_file_and_line(write_candidate):
     code, v = run_json("eval", str(PROBLEMS / "scale_add.py"), str(path), "--device", "cpu")
     assert code == 1
     assert v["stage"] == "build" and not v["compiled"]
-    assert v["reason"].startswith("compile error:")
+    assert v["reason"].startswith("cpp_sources:")
     # BROKEN_CPP's missing semicolon follows line 5 of the candidate's own cpp source
     assert "cpp_sources:" in v["log"] and "error" in v["log"]
     assert len(v["log"].splitlines()) <= 31
