@@ -1,0 +1,1 @@
+"""Building candidates: kcoder's load_inline wrapper and its faster build forms."""
