@@ -319,8 +319,10 @@ extern char** environ;
 
 // What a detached process does: take a name that tests can find in the process list, optionally
 // wipe its environment strings (the judge finds the candidate's processes by a marker in
-// each process's environment), then spin (CPU load) or sleep, for a bounded time.
-static void become_daemon(const std::string& name, bool spin, bool hide) {
+// each process's environment), then for a bounded time: mode 0 sleeps, mode 1 spins (CPU
+// load), mode 2 sleeps while process `watch` lives and spins once it is gone (load aimed at
+// the baselines, which are timed after the candidate's process has ended).
+static void become_daemon(const std::string& name, int64_t mode, bool hide, pid_t watch) {
     prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);
     if (hide) {
         for (char** e = environ; e && *e; ++e) std::memset(*e, 0, std::strlen(*e));
@@ -328,8 +330,9 @@ static void become_daemon(const std::string& name, bool spin, bool hide) {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     volatile unsigned long long i = 0;
     while (std::chrono::steady_clock::now() < until) {
+        bool spin = mode == 1 || (mode == 2 && kill(watch, 0) != 0);
         if (spin) { for (int k = 0; k < 1000000; ++k) i = i + 1; }
-        else { usleep(100000); }
+        else { usleep(20000); }
     }
     _exit(0);
 }
@@ -374,13 +377,14 @@ int64_t connect_to(int64_t port) {
 """,
     # The classic daemon: fork, setsid, fork again; the grandchild lives on (named `name`).
     "daemon": r"""
-int64_t start_daemon(const std::string& name, bool spin, bool hide) {
+int64_t start_daemon(const std::string& name, int64_t mode, bool hide) {
+    pid_t watch = getpid();
     pid_t child = fork();
     if (child < 0) return -errno;
     if (child == 0) {
         setsid();
         pid_t grandchild = fork();
-        if (grandchild == 0) become_daemon(name, spin, hide);
+        if (grandchild == 0) become_daemon(name, mode, hide, watch);
         _exit(0);
     }
     int status = 0;
@@ -395,7 +399,7 @@ int64_t fork_via_pointer(const std::string& name, bool via_dlsym) {
     if (via_dlsym) fp = reinterpret_cast<pid_t (*)()>(dlsym(RTLD_DEFAULT, "fork"));
     if (!fp) return -1;
     pid_t pid = fp();
-    if (pid == 0) become_daemon(name, false, false);
+    if (pid == 0) become_daemon(name, 0, false, 0);
     return pid;
 }
 """,

@@ -121,7 +121,7 @@ class Children:
             return
         if peer is not None:
             try:
-                peer.request(BACKGROUND_BUILD_S + 5, op="finish", limit_s=BACKGROUND_BUILD_S)
+                peer.request(BACKGROUND_BUILD_S + 5, op="finish", wait_s=BACKGROUND_BUILD_S)
             except ChannelError:
                 pass
         _close_pipes(self.cand_proc)

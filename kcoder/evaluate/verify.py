@@ -119,13 +119,16 @@ def guarded_call(model: Any, inputs: list[Any], guard: Any, sync: Callable[[], N
     return out
 
 
-def check_call(inputs: list[Any], regenerated: list[Any], out: Any, earlier: list[Any], label: str) -> None:
-    """After a candidate call: its inputs are unchanged (compared with the same input set made
-    again from its seed), and no output aliases an input or an earlier call's output."""
-    if not inputs_equal(inputs, regenerated):
-        raise CandidateFailure(f"{label}: the candidate modified its inputs")
+def check_aliasing(inputs: list[Any], out: Any, previous: Any, label: str) -> None:
+    """No output aliases an input or the previous call's output (a cached result)."""
     out_storages = storages(out)
     if out_storages & storages(inputs):
         raise CandidateFailure(f"{label}: an output aliases an input tensor")
-    if out_storages & storages(earlier):
+    if previous is not None and out_storages & storages(previous):
         raise CandidateFailure(f"{label}: an output reuses an earlier call's output tensor (cached result)")
+
+
+def check_unchanged(inputs: list[Any], regenerated: list[Any], label: str) -> None:
+    """The candidate left its inputs as they were (compared with the same set made again)."""
+    if not inputs_equal(inputs, regenerated):
+        raise CandidateFailure(f"{label}: the candidate modified its inputs")

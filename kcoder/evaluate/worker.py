@@ -48,7 +48,7 @@ class CandidateServer:
         self.device = self.options.device
         self.candidate_path = Path(job["candidate"])
         self.last: Any = None
-        self.earlier: list[Any] = []  # outputs of verification calls, kept to catch reuse
+        self.previous: Any = None  # the last verification output, kept to catch reuse
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -143,23 +143,34 @@ class CandidateServer:
             raise HarnessFault(f"generating inputs: {first_line(exc)}") from None
 
     def op_verify(self, seed: int, path: str, label: str) -> dict[str, Any]:
-        """A guarded call on fresh inputs; local checks; the output saved for the judge."""
-        from kcoder.evaluate.verify import CandidateFailure, check_call
+        """A guarded call on fresh inputs; local checks; the output saved for the judge.
+
+        Memory stays near one input set: the output is saved and freed before the inputs are
+        compared with a copy made again from the seed; only the previous verification output
+        stays alive (so its memory cannot be handed out again, and reuse shows)."""
+        from kcoder.evaluate.verify import CandidateFailure, check_aliasing, check_unchanged
 
         stage = "verify" if label.startswith("input set") else "timing"
         prefix = "" if stage == "verify" else f"{label}: "
         inputs = self.inputs(seed)
         try:
             out = self._guarded(inputs, stage)
-            check_call(inputs, self.inputs(seed), out, self.earlier, label)
+            try:
+                check_aliasing(inputs, out, self.previous, label)
+            except CandidateFailure:  # an output in place of an input: say so if it was modified
+                check_unchanged(inputs, self.inputs(seed), label)
+                raise
+            self._integrity(stage, label)
+            self._save(out, path)
+            if stage == "verify":
+                self.previous = out
+            del out
+            self._release()
+            check_unchanged(inputs, self.inputs(seed), label)
         except CandidateFailure as exc:
             raise Failure(stage, f"{prefix}{exc}") from None
         except Failure as exc:
             raise Failure(stage, f"{prefix}{exc.reason}", exc.log) from None
-        self._integrity(stage, label)
-        self._save(out, path)
-        if stage == "verify":
-            self.earlier.append(out)  # alive until the end: its memory cannot be handed out again
         return {"saved": True}
 
     def op_warmup(self, seeds: list[int]) -> dict[str, Any]:
@@ -191,7 +202,7 @@ class CandidateServer:
         self._save(self.last, path)
         return {"saved": True}
 
-    def op_batch(self, seed: int, n: int, path: str) -> dict[str, Any]:
+    def op_batch(self, seed: int, n: int) -> dict[str, Any]:
         """n calls back to back between two messages: the judge times them with its own clock."""
         inputs = self.inputs(seed)
         self.clock.sync()
@@ -200,11 +211,9 @@ class CandidateServer:
             raise HarnessFault("the judge closed the channel")
         with self.torch.no_grad():
             for _ in range(n):
-                out = self._call(lambda: self.model(*inputs), "timing", direct=True)
+                self.last = self._call(lambda: self.model(*inputs), "timing", direct=True)
         self.clock.sync()
-        if n:
-            self._save(out, path)
-        return {"done": True}
+        return {"done": True}  # the judge's clock stops here; it asks for the output afterwards
 
     def op_kernel_time(self, seed: int) -> dict[str, Any]:
         from kcoder.evaluate.timing import device_kernel_time_us
@@ -255,15 +264,18 @@ class CandidateServer:
             self.torch.cuda.empty_cache()
 
     def peak_mb(self) -> float:
+        """Peak device memory of this process, without the clock's fixed L2-flush buffer."""
         if self.device != "cuda":
             return 0.0
-        return self.torch.cuda.max_memory_allocated() / 2**20
+        clock = getattr(self, "clock", None)
+        fixed = clock.flush_buffer.nbytes if clock is not None else 0
+        return (self.torch.cuda.max_memory_allocated() - fixed) / 2**20
 
-    def op_finish(self, limit_s: float) -> dict[str, Any]:
+    def op_finish(self, wait_s: float) -> dict[str, Any]:
         """Let background build jobs (the precompiled header) finish before the sandbox ends."""
         from kcoder.build import detached
 
-        return {"finished": True, "still_running": detached.wait_spawned(limit_s)}
+        return {"finished": True, "still_running": detached.wait_spawned(wait_s)}
 
     def op_peak(self) -> dict[str, Any]:
         return {"peak_mb": self.peak_mb()}
@@ -313,7 +325,7 @@ def _timer_identities(torch: Any) -> list[int]:
            torch.nn.Module.__call__, torch.utils.cpp_extension.load_inline]
     from kcoder.evaluate import timing, verify
 
-    fns += [verify.check_call, verify.inputs_equal, verify.guarded_call, timing.Clock.call]
+    fns += [verify.check_aliasing, verify.check_unchanged, verify.inputs_equal, verify.guarded_call, timing.Clock.call]
     return [id(f) for f in fns]
 
 

@@ -105,7 +105,20 @@ def assert_accepted(verdict, sandbox: str) -> None:
 
 def dynamic(evaluate_candidate, source: str, sandbox: str, **options):
     """Evaluate with the static checks off: only the sandbox and the judge stand in the way."""
-    return evaluate_candidate(source, sandbox=sandbox, static_checks=False, **options)
+    verdict = evaluate_candidate(source, sandbox=sandbox, static_checks=False, **options)
+    print(f"verdict ({sandbox}): {verdict.status}, reward {verdict.reward}: {verdict.reason}")  # shown by -rP
+    return verdict
+
+
+def assert_no_false_speedup(verdict, *reasons: str) -> None:
+    """Refused at timing for one of `reasons`; or, where a busy host made the trick pointless
+    (its cheap calls were slow anyway), accepted without a speed-up. The honest kernel runs at
+    about 0.3x of eager here; a trick that worked would show 10x and more."""
+    if verdict.status == "accepted":
+        assert verdict.speedup_vs_eager < 1.5, as_json(verdict)
+        return
+    assert_refused(verdict, stage="timing")
+    assert any(r in verdict.reason for r in reasons), verdict.reason
 
 
 @pytest.fixture
@@ -163,6 +176,19 @@ def get_inputs():
             return [torch.randn(4, 8), torch.randn(4, 8)]
     return _kc_real_get_inputs()
 '''
+
+
+# The reply channel from inside: the worker's own end (found through gc) rewrites every reported
+# time to a hundredth before it is sent. Well-formed replies; only the judge's clock can tell.
+REPLY_REWRITE_INIT = """import gc
+for obj in gc.get_objects():
+    if type(obj).__name__ == "Link" and hasattr(obj, "reply"):
+        def reply(send=obj.reply, **message):
+            if isinstance(message.get("us"), float):
+                message["us"] = message["us"] / 100
+            send(**message)
+
+        obj.reply = reply"""
 
 
 def job_file_discovery() -> str:
@@ -332,6 +358,7 @@ STATIC_CASES = {
     "forge-python": (forge_python, "proc-access"),
     "forge-cpp": (lambda: native_static(*FORGE_CPP), "file-io"),
     "job-file-discovery": (job_file_discovery, "harness"),
+    "reply-rewrite": (lambda: candidate_source(HONEST_FORWARD, init=REPLY_REWRITE_INIT), "introspection"),
     "proc-self-mem": (proc_self_mem, "proc-access"),
     "key-to-file-and-output": (lambda: key_to_file_and_output([PLACEHOLDER]), "secrets"),
     "key-to-reason": (key_to_reason, "secrets"),
@@ -340,7 +367,7 @@ STATIC_CASES = {
     "write-os": (lambda: candidate_source(HONEST_FORWARD, init=write_os([PLACEHOLDER])), "file-io"),
     "write-fopen": (lambda: native_static("fopen", HONEST_FORWARD, write_fopen([PLACEHOLDER])), "file-io"),
     "network-connect": (lambda: native_static("connect", HONEST_FORWARD, "_ext.connect_to(9)"), "network"),
-    "setsid-daemon": (lambda: native_static("daemon", HONEST_FORWARD, "_ext.start_daemon('x', False, True)"),
+    "setsid-daemon": (lambda: native_static("daemon", HONEST_FORWARD, "_ext.start_daemon('x', 0, True)"),
                       "process"),
     "fork-pointer": (lambda: native_static("fork-pointer", HONEST_FORWARD, "_ext.fork_via_pointer('x', False)"),
                      "process"),
@@ -381,7 +408,9 @@ def honest_timed(sandbox: str, tmp_path_factory):
 
         path = tmp_path_factory.mktemp("honest") / "model_new.py"
         path.write_text(HONEST)
-        _HONEST_TIMED[sandbox] = evaluate(PROBLEMS / "scale_add.py", path, fast_options(sandbox=sandbox, **TIMED))
+        verdict = evaluate(PROBLEMS / "scale_add.py", path, fast_options(sandbox=sandbox, **TIMED))
+        print(f"honest verdict ({sandbox}): {verdict.status}, reward {verdict.reward}: {verdict.reason}")
+        _HONEST_TIMED[sandbox] = verdict
     return _HONEST_TIMED[sandbox]
 
 
@@ -395,9 +424,11 @@ def test_honest_candidate_accepted(tmp_path_factory, sandbox):
 
 @pytest.mark.parametrize("sandbox", BOTH)
 def test_baseline_sabotage_by_background_load(evaluate_candidate, tmp_path_factory, monkeypatch, sandbox):
-    """Two setsid'd spinning daemons and a detached spinning thread, started in __init__ (so in
-    both the verification and the timing process): the baselines are timed while no candidate
-    process is alive, so they see none of it, and nothing spins on afterwards."""
+    """Background load started in __init__ (so in both the verification and the timing
+    process): a setsid'd daemon that spins at once, one that waits for the candidate's process
+    to end and then spins (aimed at the baselines), and a detached spinning thread. The
+    baselines are timed while no candidate process is alive, so they see none of it, and
+    nothing spins on afterwards."""
     from kcoder.evaluate.judge import Judge
 
     names = [unique_name(), unique_name()]
@@ -411,13 +442,14 @@ def test_baseline_sabotage_by_background_load(evaluate_candidate, tmp_path_facto
         return samples
 
     monkeypatch.setattr(Judge, "baselines", watched_baselines)
-    init = "\n".join(f"_ext.start_daemon({n!r}, True, False)" for n in names) + "\n_ext.spin_thread(60.0)"
+    init = "\n".join(f"_ext.start_daemon({n!r}, {mode}, False)" for mode, n in enumerate(names, 1))
+    init += "\n_ext.spin_thread(1.0)"
     verdict = dynamic(evaluate_candidate, attack_candidate_source(HONEST_FORWARD, init=init), sandbox, **TIMED)
     try:
         assert_accepted(verdict, sandbox)
         assert not seen_during_baselines, "a spinning daemon was alive while the baselines were timed"
         honest = honest_timed(sandbox, tmp_path_factory)
-        # Three spinners on a two-core runner would slow an OpenMP eager baseline several-fold.
+        # Two spinners on a two-core runner would slow an OpenMP eager baseline several-fold.
         assert verdict.eager_us < 2.5 * honest.eager_us, \
             f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest"
     finally:
@@ -441,13 +473,19 @@ def test_forged_replies_from_cpp(evaluate_candidate, sandbox):
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
+def test_reply_channel_rewritten_in_process(evaluate_candidate, sandbox):
+    verdict = dynamic(evaluate_candidate, candidate_source(HONEST_FORWARD, init=REPLY_REWRITE_INIT), sandbox, **TIMED)
+    assert_refused(verdict, stage="timing")
+    assert OUTER_CLOCK in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
 def test_job_file_discovery_and_problem_tampering(evaluate_candidate, sandbox):
     """The rewritten problem file makes the timed calls (all but the first) cheap; the judge's
     clock over a back-to-back batch (real inputs) disagrees. audit_every=1000: random output
     checks of timed calls (which would also catch it) almost never happen."""
     verdict = dynamic(evaluate_candidate, job_file_discovery(), sandbox, audit_every=1000, **TIMED)
-    assert_refused(verdict, stage="timing")
-    assert OUTER_CLOCK in verdict.reason or "wrong answer for its own inputs" in verdict.reason, verdict.reason
+    assert_no_false_speedup(verdict, OUTER_CLOCK, "wrong answer for its own inputs")
 
 
 # --- clocks -----------------------------------------------------------------------------------------
@@ -532,6 +570,7 @@ def test_key_from_the_judges_environment(tmp_path, sandbox):
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout.strip().splitlines()[-1]
     verdict = json.loads(text)
+    print(f"verdict ({sandbox}): {verdict['status']}, reward {verdict['reward']}: {verdict['reason']}")
     assert verdict["status"] == "rejected" and verdict["stage"] == "build", text
     assert "stolen key:" in verdict["reason"], text
     assert key not in text, "the key is in the verdict"
@@ -615,7 +654,7 @@ def test_network_connect(evaluate_candidate, tcp_server):
 @pytest.mark.parametrize("sandbox", BOTH)
 def test_setsid_daemon(evaluate_candidate, sandbox):
     name = unique_name()
-    init = f"_ext.start_daemon({name!r}, False, False)"
+    init = f"_ext.start_daemon({name!r}, 0, False)"
     verdict = dynamic(evaluate_candidate, attack_candidate_source(HONEST_FORWARD, init=init), sandbox,
                       stop_after="verify")
     assert not survivors(name), "the daemon outlived the evaluation"
@@ -626,11 +665,13 @@ def test_setsid_daemon(evaluate_candidate, sandbox):
     "bwrap",
     pytest.param("none", marks=pytest.mark.xfail(strict=True, reason=(
         "--sandbox none: a setsid'd daemon that wipes its environment strings loses the marker "
-        "the judge finds processes by, and is out of the worker's process group: it survives"))),
+        "the judge finds processes by, and is out of the worker's process group: it survives (and, "
+        "spinning, slows the baselines timed after the candidate: an honest 0.33x became 5.68x)"))),
 ])
 def test_setsid_daemon_that_hides_its_marker(evaluate_candidate, sandbox):
+    """It wipes its environment (the marker), then spins once the candidate's process is gone."""
     name = unique_name()
-    init = f"_ext.start_daemon({name!r}, False, True)"
+    init = f"_ext.start_daemon({name!r}, 2, True)"
     verdict = dynamic(evaluate_candidate, attack_candidate_source(HONEST_FORWARD, init=init), sandbox,
                       stop_after="verify")
     assert not survivors(name), "the daemon outlived the evaluation"
