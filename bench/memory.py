@@ -89,25 +89,36 @@ def row(name: str, options: EvalOptions, problem: Path, solution: Path) -> str:
             f"{ratio} {wall:7.1f}  {v.status}: {timed}")
 
 
+def _examples(args: argparse.Namespace, options: EvalOptions, lines: list[str]) -> None:
+    for folder in sorted(p.parent for p in (ROOT / "examples").glob("*/solution_cuda.py")):
+        lines.append(row(folder.name, options, folder / "model.py", folder / "solution_cuda.py"))
+        print(lines[-1], flush=True)
+
+
+def _big(args: argparse.Namespace, options: EvalOptions, lines: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cols = int(args.big_gb * 2**30 / 4 / 4096)
+        gib = 4096 * cols * 4 / 2**30
+        problem, solution = Path(tmp) / "big_axpb.py", Path(tmp) / "big_axpb_new.py"
+        problem.write_text(BIG_PROBLEM.format(cols=cols, gb=gib))
+        solution.write_text(BIG_SOLUTION)
+        lines.append(row(f"axpb {gib:.1f} GiB", options, problem, solution))
+        print(lines[-1], flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--big-gb", type=float, default=6.4, help="size of the synthetic problem's tensor")
     parser.add_argument("--skip-examples", action="store_true")
+    parser.add_argument("--big-first", action="store_true", help="evaluate the big problem before the examples")
     args = parser.parse_args()
     options = EvalOptions(device="cuda", timing_budget_s=1.0)
     lines = [f"{'problem':22} {'footprint':>10} {'ref peak':>10} {'eval peak':>10}  ratio  wall s  verdict",
              f"{'':22} {'MiB':>10} {'MiB':>10} {'MiB':>10}"]
-    if not args.skip_examples:
-        for folder in sorted(p.parent for p in (ROOT / "examples").glob("*/solution_cuda.py")):
-            lines.append(row(folder.name, options, folder / "model.py", folder / "solution_cuda.py"))
-            print(lines[-1], flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        cols = int(args.big_gb * 2**30 / 4 / 4096)
-        problem, solution = Path(tmp) / "big_axpb.py", Path(tmp) / "big_axpb_new.py"
-        problem.write_text(BIG_PROBLEM.format(cols=cols, gb=4096 * cols * 4 / 2**30))
-        solution.write_text(BIG_SOLUTION)
-        lines.append(row(f"axpb {4096 * cols * 4 / 2**30:.1f} GiB", options, problem, solution))
-        print(lines[-1], flush=True)
+    big = [] if not args.big_gb else [_big]
+    examples = [] if args.skip_examples else [_examples]
+    for part in (big + examples) if args.big_first else (examples + big):
+        part(args, options, lines)
     print("\n" + "\n".join(lines))
 
 

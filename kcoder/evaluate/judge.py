@@ -95,7 +95,7 @@ class Judge:
         v.stage = "build"
         started = time.perf_counter()
         self.cand = self.children.start_candidate()
-        built = self.ask_candidate(None, "build")
+        built = self.ask_candidate(None, "build", expect="built")
         jobs = built.get("background_jobs")
         self.background_jobs = jobs if isinstance(jobs, int) else 0
         if first:
@@ -117,16 +117,19 @@ class Judge:
         v.correct = True
         v.seconds["verify"] = round(time.perf_counter() - started, 3)
 
-    def checked_call(self, stage: str, label: str, deadline: float, save_last: bool = False) -> None:
-        """The candidate's output for a fresh input set (or its last timed call), judged by
-        the reference process."""
+    def checked_call(self, stage: str, label: str, deadline: float, save_last: bool = False,
+                     perturbed: int = 0) -> None:
+        """The candidate's output for a fresh input set (or its last timed call, the last of
+        `perturbed` batch calls), judged by the reference process."""
         seed = self.last_seed if save_last else self.seed()
         path = str(self.children.box.io / f"out-{secrets.token_hex(8)}.pt")
         if save_last:
-            self.ask_candidate(_left(deadline), stage, op="save_last", path=path)
+            self.ask_candidate(_left(deadline), stage, op="save_last", path=path, expect="saved")
         else:
-            self.ask_candidate(_left(deadline), stage, op="verify", seed=seed, path=path, label=label)
-        result = self.ask_reference(_left(deadline), stage, op="check", seed=seed, path=path, label=label)
+            self.ask_candidate(_left(deadline), stage, op="verify", seed=seed, path=path, label=label,
+                               expect="saved")
+        result = self.ask_reference(_left(deadline), stage, op="check", seed=seed, path=path, label=label,
+                                    perturbed=perturbed)
         self._judge_check(result, stage, label)
 
     def _judge_check(self, result: dict[str, Any], stage: str, label: str) -> None:
@@ -177,11 +180,12 @@ class Judge:
 
     def candidate_rounds(self, deadline: float) -> list[float]:
         opts = self.options
-        self.ask_candidate(_left(deadline), "timing", op="warmup", seeds=[self.seed() for _ in range(opts.warmup)])
+        self.ask_candidate(_left(deadline), "timing", op="warmup", seeds=[self.seed() for _ in range(opts.warmup)],
+                           expect="warm")
         times: list[float] = []
         for r in range(opts.max_rounds):
             self.last_seed = self.seed()
-            reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed)
+            reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed, expect="us")
             times.append(_time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
             self._note_carveout(reply.get("l2_carveout"))
             # Which timed outputs are checked is drawn after the call, so every call must be right.
@@ -204,7 +208,7 @@ class Judge:
         with the per-call time the candidate's process reported (best of two batches: a busy
         host only ever makes the judge's figure larger)."""
         k = max(10, min(200, int(BATCH_TARGET_S * 1e6 / max(claimed_us, 1.0))))
-        empty = min(self.batch(0, deadline) for _ in range(3))
+        empty = min(self.batch(0, deadline, check=False) for _ in range(3))
         limit_us = OUTER_FACTOR * claimed_us + OUTER_SLACK_US
         outer_us = math.inf
         for _ in range(OUTER_TRIES):  # a busy host slows some batches; a false claim fails every one
@@ -217,7 +221,7 @@ class Judge:
             self.fail("timing", f"integrity: the candidate's process reported {claimed_us:.1f} us per call, "
                                 f"but the judge's own clock measured {outer_us:.1f} us per call (timer tampering?)")
 
-    def batch(self, n: int, deadline: float) -> float:
+    def batch(self, n: int, deadline: float, check: bool = True) -> float:
         seed = self.seed()
         cand = self.cand
         assert cand is not None
@@ -226,15 +230,16 @@ class Judge:
         cand.send(op="go")
         self._expect(self._receive(cand, _left(deadline), "timing"), "done", "timing")
         elapsed = time.monotonic() - started
-        if n:
+        if check:
             self.last_seed = seed
-            self.checked_call("timing", f"the last of {n} back-to-back calls", deadline, save_last=True)
+            self.checked_call("timing", f"the last of {n} back-to-back calls", deadline, save_last=True,
+                              perturbed=n)
         return elapsed
 
     def hidden_work_check(self, event_us: float, deadline: float) -> None:
         if self.options.device != "cuda":
             return
-        reply = self.ask_candidate(_left(deadline), "timing", op="kernel_time", seed=self.seed())
+        reply = self.ask_candidate(_left(deadline), "timing", op="kernel_time", seed=self.seed(), expect="kernel_us")
         kernel_us = _time_value(reply.get("kernel_us"), allow_zero=True)
         if kernel_us is None:
             self.tampered("the profiler's kernel time was not a number")
@@ -246,7 +251,8 @@ class Judge:
     def record_peak(self, deadline: float) -> None:
         if self.options.device != "cuda":
             return
-        cand = _time_value(self.ask_candidate(_left(deadline), "timing", op="peak").get("peak_mb"), allow_zero=True)
+        reply = self.ask_candidate(_left(deadline), "timing", op="peak", expect="peak_mb")
+        cand = _time_value(reply.get("peak_mb"), allow_zero=True)
         ref = self.ask_reference(_left(deadline), "timing", op="peak").get("peak_mb", 0.0)
         self.verdict.peak_memory_mb = _round((cand or 0.0) + float(ref))
 
@@ -286,7 +292,7 @@ class Judge:
             self.harness_error(f"the reference process failed during {stage}: {reply['error']}")
         return reply
 
-    def ask_candidate(self, limit_s: float | None, stage: str, expect: str = "", **request: Any) -> dict[str, Any]:
+    def ask_candidate(self, limit_s: float | None, stage: str, expect: str, **request: Any) -> dict[str, Any]:
         cand = self.cand
         assert cand is not None
         try:
@@ -294,7 +300,7 @@ class Judge:
         except ChannelError as exc:
             self.crash(stage, exc)
         reply = self._receive(cand, limit_s, stage)
-        return self._expect(reply, expect, stage) if expect else self._check_reply(reply, stage)
+        return self._expect(reply, expect, stage)
 
     def _receive(self, cand: Peer, limit_s: float | None, stage: str) -> dict[str, Any]:
         try:
@@ -313,8 +319,9 @@ class Judge:
         return reply
 
     def _expect(self, reply: dict[str, Any], key: str, stage: str) -> dict[str, Any]:
+        """Every reply must answer the request it follows: a forged or out-of-order line shows."""
         reply = self._check_reply(reply, stage)
-        if reply.get(key) is not True:
+        if reply.get(key) is None or reply.get(key) is False:
             self.tampered(f"an unexpected reply during {stage} (expected {key!r})")
         return reply
 

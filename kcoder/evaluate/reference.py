@@ -89,8 +89,10 @@ class ReferenceServer:
         except Exception as exc:
             raise self._fault(exc) from None
 
-    def reference(self, seed: int) -> Any:
-        inputs = self.inputs(seed)
+    def reference(self, seed: int, perturbed: int = 0) -> Any:
+        from kcoder.evaluate.verify import replay_perturbations
+
+        inputs = replay_perturbations(self.inputs(seed), perturbed)
         try:
             with self.torch.no_grad():
                 out = self.model(*inputs)
@@ -131,12 +133,13 @@ class ReferenceServer:
                 self.link.reply(error=f"{op}: {first_line(exc)}")
             self._release()
 
-    def op_check(self, seed: int, path: str, label: str) -> dict[str, Any]:
-        """Compare the candidate's saved output for input set `seed` with the reference's."""
+    def op_check(self, seed: int, path: str, label: str, perturbed: int = 0) -> dict[str, Any]:
+        """Compare the candidate's saved output for input set `seed` (after `perturbed`
+        batch changes) with the reference's."""
         from kcoder.evaluate.compare import Mismatch, compare_outputs
 
         torch = self.torch
-        ref = self.reference(seed)
+        ref = self.reference(seed, perturbed)
         try:
             out = torch.load(path, weights_only=True, map_location=self.device)
         except Exception as exc:

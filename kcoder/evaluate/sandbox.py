@@ -109,8 +109,9 @@ def _runtime_paths() -> list[Path]:
     return [p.resolve() for p in found if p.exists()]
 
 
-def bwrap_argv(box: Box, device: str) -> list[str]:
-    """The bwrap prefix for a candidate command (see the module docstring)."""
+def bwrap_argv(box: Box, device: str, read_only: list[Path]) -> list[str]:
+    """The bwrap prefix for a candidate command (see the module docstring); `read_only` are
+    files in the box the candidate may read but never change."""
     bwrap = bwrap_usable() or "bwrap"
     home = Path.home().resolve()
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--ro-bind", "/", "/",
@@ -126,6 +127,8 @@ def bwrap_argv(box: Box, device: str) -> list[str]:
     cache.mkdir(parents=True, exist_ok=True)
     for writable in (cache.resolve(), box.root.resolve()):
         argv += ["--bind", str(writable), str(writable)]
+    for path in read_only:
+        argv += ["--ro-bind", str(path.resolve()), str(path.resolve())]
     return argv + ["--chdir", str(box.root)]
 
 

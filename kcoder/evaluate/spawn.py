@@ -39,9 +39,7 @@ class Children:
         self.candidate_copy = self.box.root / candidate.name
         if self.problem_copy == self.candidate_copy:
             self.candidate_copy = self.box.root / f"candidate_{candidate.name}"
-        shutil.copyfile(problem, self.problem_copy)
-        shutil.copyfile(candidate, self.candidate_copy)
-        self.problem = problem
+        self.problem, self.candidate = problem, candidate
         self.ref_proc: subprocess.Popen | None = None
         self.cand_proc: subprocess.Popen | None = None
         self.host_limit = options.host_memory_bytes()
@@ -78,10 +76,16 @@ class Children:
 
     def start_candidate(self) -> Peer:
         self.stop_candidate()
+        # Fresh copies for every start: an earlier process of the candidate's may have
+        # rewritten them (inside bwrap they are read-only as well).
+        shutil.copyfile(self.problem, self.problem_copy)
+        shutil.copyfile(self.candidate, self.candidate_copy)
         job = self._job("candidate", self.problem_copy, self.candidate_copy)
         argv = [sys.executable, "-m", "kcoder.evaluate.worker", str(job)]
-        if self.sandbox == "bwrap":
-            argv = bwrap_argv(self.box, self.options.device) + argv
+        if self.sandbox == "bwrap":  # its PID namespace ends every process the candidate starts
+            argv = bwrap_argv(self.box, self.options.device, [self.problem_copy, self.candidate_copy, job]) + argv
+        else:  # without one, a subreaper collects and kills them
+            argv = [sys.executable, "-m", "kcoder.evaluate.reaper", *argv]
         self.cand_proc = self._popen(argv, scrubbed_env(self.box), "candidate", self.box.root)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
@@ -125,6 +129,12 @@ class Children:
             except ChannelError:
                 pass
         _close_pipes(self.cand_proc)
+        if self.sandbox != "bwrap":  # let the reaper kill what escaped the group first
+            self.cand_proc.terminate()
+            try:
+                self.cand_proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         kill_group(self.cand_proc)
         kill_all(self.box.marker)
         self.cand_proc = None

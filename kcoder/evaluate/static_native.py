@@ -81,6 +81,11 @@ CPP_PATTERNS: list[tuple[str, str, str]] = [
      "calls ATen kernels directly, bypassing the dispatcher"),
     (r"py::module_?::import|PyImport_|PyRun_|py::exec|py::eval|py::globals", "python-from-cpp",
      "calls back into Python from C++"),
+    # Reaching into Python objects from C++: a method table rewritten in place keeps the
+    # function's identity (time.perf_counter stays `is` itself) while changing what it does.
+    (r"\bPySys_GetObject|\bPyEval_GetGlobals|\bPyEval_GetBuiltins|\bPyCFunctionObject\b|\bPyMethodDef\b|"
+     r"\bml_meth\b|\bm_ml\b|\bPyObject_SetAttr|\bPyDict_SetItem|\bPyModule_GetDict|\bob_type\b|\btp_call\b",
+     "python-from-cpp", "reaches into Python objects from C++ (method tables, attributes, modules)"),
     # A static *variable* holding tensors (a static function returning one is fine).
     (r"\bstatic\s+(?:const\s+)?(?:torch|at)::Tensor\s*&?\s*\w+\s*(?:;|=|\{|\[)|"
      r"\bstatic\s+std::\w+\s*<[^;(){}]*(?:torch|at)::Tensor[^;(){}]*>\s*\w+\s*(?:;|=|\{)", "state",

@@ -67,12 +67,9 @@ bench() {
 trust() {
   export PATH="$PWD/.whl/bin:$PATH"
   python3 -c "from kcoder.evaluate.sandbox import resolve_mode; print('SANDBOX', resolve_mode('auto'))"
-  timeout 200 python3 -m kcoder eval examples/softmax_rows/model.py examples/softmax_rows/solution_cuda.py \
-    --device cuda --json > "$out/smoke.json" 2> "$out/smoke.err"; echo "SMOKE rc=$?"
-  python3 -c "import json; d=json.load(open('$out/smoke.json')); print('SMOKE', d['status'], d['reason'], d['sandbox'], d['notes'][-3:])"
-  timeout 330 python3 -m pytest -m gpu -q -s tests/gpu/test_cuda.py tests/gpu/test_cuda_redteam.py 2>&1 \
-    | tee "$out/gpu_tests.log" | grep -E "EXAMPLE|SABOTAGE|passed|failed|Error|assert" | head -40
-  timeout 240 python3 bench/memory.py 2>&1 | tee "$out/memory.log" | tail -9
+  timeout 280 python3 -m pytest -m gpu -q -s -x tests/gpu/test_cuda.py tests/gpu/test_cuda_redteam.py 2>&1 \
+    | tee "$out/gpu_tests.log" | grep -E "EXAMPLE|SABOTAGE|passed|failed|Error|assert"
+  timeout 250 python3 bench/memory.py --big-first 2>&1 | tee "$out/memory.log" | grep -v "^warm"
 }
 
 profile_tests() {

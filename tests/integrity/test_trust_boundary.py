@@ -580,28 +580,51 @@ def test_key_from_the_judges_environment(tmp_path, sandbox):
 
 # --- files, network, processes ---------------------------------------------------------------------
 @pytest.fixture
-def outside_dirs(tmp_path):
-    """Folders outside the candidate's box: the test's tmp_path (bwrap gives the candidate a
-    private /tmp) and one under /var/tmp (bwrap's read-only root)."""
+def outside(tmp_path):
+    """Places outside the candidate's box: a folder in the test's tmp_path (bwrap gives the
+    candidate a private /tmp), one under /var/tmp (bwrap's read-only root), and file names in
+    the real home (bwrap puts a tmpfs over it); plus a secret file in the real home."""
+    nonce = secrets.token_hex(4)
     dirs = [tmp_path / "outside"]
     dirs[0].mkdir()
     if os.access("/var/tmp", os.W_OK):
         dirs.append(Path(tempfile.mkdtemp(prefix="kcoder-redteam-", dir="/var/tmp")))
-    yield dirs
-    for folder in dirs[1:]:
-        for path in folder.iterdir():
-            path.unlink()
-        folder.rmdir()
+    home = Path(os.path.expanduser("~"))
+    home_files = [home / f".kcoder-redteam-{nonce}-{how}.txt" for how in ("pathlib", "os", "fopen")]
+    secret = home / f".kcoder-redteam-{nonce}-secret.txt"
+    secret.write_text("sk-test-" + nonce)
+    try:
+        yield dirs, home_files, secret
+    finally:
+        secret.unlink()
+        for path in home_files:
+            path.unlink(missing_ok=True)
+        for folder in dirs[1:]:
+            for path in folder.iterdir():
+                path.unlink()
+            folder.rmdir()
 
 
-def test_writes_outside_the_box(evaluate_candidate, outside_dirs):
-    """pathlib, os and C++ fopen, each to each outside folder: nothing lands there."""
-    targets = {how: [str(d / f"{how}.txt") for d in outside_dirs] for how in ("pathlib", "os", "fopen")}
-    init = "\n".join([write_pathlib(targets["pathlib"]), write_os(targets["os"]), write_fopen(targets["fopen"])])
+def test_files_outside_the_box(evaluate_candidate, outside):
+    """pathlib, os and C++ fopen write to each place outside the box: nothing lands there. It
+    also tries to read a secret file in the real home, and raises if it can."""
+    dirs, home_files, secret = outside
+    targets = {how: [str(d / f"{how}.txt") for d in dirs] for how in ("pathlib", "os", "fopen")}
+    for path in home_files:
+        targets[path.stem.rsplit("-", 1)[1]].append(str(path))
+    read = f"""try:
+    with open({str(secret)!r}) as fh:
+        found = fh.read()
+except OSError:
+    found = ""
+if found:
+    raise RuntimeError("read the real home: " + found)"""
+    init = "\n".join([read, write_pathlib(targets["pathlib"]), write_os(targets["os"]), write_fopen(targets["fopen"])])
     verdict = dynamic(evaluate_candidate, attack_candidate_source(HONEST_FORWARD, init=init), "bwrap",
                       stop_after="verify")
-    assert_accepted(verdict, "bwrap")
-    assert not [p for d in outside_dirs for p in d.iterdir()]
+    assert_accepted(verdict, "bwrap")  # it read nothing from the real home
+    assert not [p for d in dirs for p in d.iterdir()]
+    assert not [p for p in home_files if p.exists()]
 
 
 @pytest.fixture
