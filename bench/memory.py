@@ -112,7 +112,8 @@ def main() -> None:
     parser.add_argument("--skip-examples", action="store_true")
     parser.add_argument("--big-first", action="store_true", help="evaluate the big problem before the examples")
     args = parser.parse_args()
-    options = EvalOptions(device="cuda", timing_budget_s=1.0)
+    # no torch.compile baseline: memory is the point, and inductor's compile costs a minute here
+    options = EvalOptions(device="cuda", timing_budget_s=1.0, compile_baseline=False)
     lines = [f"{'problem':22} {'footprint':>10} {'ref peak':>10} {'eval peak':>10}  ratio  wall s  verdict",
              f"{'':22} {'MiB':>10} {'MiB':>10} {'MiB':>10}"]
     big = [] if not args.big_gb else [_big]

@@ -37,6 +37,8 @@ OUTER_FACTOR = 3.0
 OUTER_SLACK_US = 100.0
 BATCH_TARGET_S = 0.2
 OUTER_TRIES = 5
+TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
+MIN_TIMING_CHECKS = 4
 
 
 class Stop(Exception):
@@ -51,6 +53,7 @@ class Judge:
         self.rng = random.Random(secrets.randbits(64))
         self.cand: Peer | None = None
         self.background_jobs = 0
+        self.timing_checks_left = MIN_TIMING_CHECKS
         self.broken = False  # the candidate's channel failed: never wait on it again
 
     def seed(self) -> int:
@@ -80,6 +83,9 @@ class Judge:
         v.notes.extend(info.get("notes", []))
         v.reference_peak_mb = _round(info.get("reference_peak_mb"))
         v.footprint_mb = _round(info.get("footprint_mb"))
+        # Outputs travel through files: at real sizes, checks during timing are rationed.
+        output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
+        self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
         self.start_candidate(first=True)
         if opts.stop_after == "build":
             v.reason = "compiled"
@@ -121,6 +127,11 @@ class Judge:
                      perturbed: int = 0) -> None:
         """The candidate's output for a fresh input set (or its last timed call, the last of
         `perturbed` batch calls), judged by the reference process."""
+        if stage == "timing":
+            if self.timing_checks_left <= 0:
+                self._note_rationed()
+                return
+            self.timing_checks_left -= 1
         seed = self.last_seed if save_last else self.seed()
         path = str(self.children.box.io / f"out-{secrets.token_hex(8)}.pt")
         if save_last:
@@ -196,6 +207,12 @@ class Judge:
             if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s():
                 break
         return times
+
+    def _note_rationed(self) -> None:
+        note = (f"outputs are large: during timing only some outputs were checked "
+                f"(a budget of {TIMING_CHECK_BUDGET_MB / 1024:.0f} GiB of checked outputs)")
+        if note not in self.verdict.notes:
+            self.verdict.notes.append(note)
 
     def _note_carveout(self, carveout: Any) -> None:
         note = ("persisting-L2 carve-out found set before a timed call (an access-policy window?); "

@@ -113,7 +113,7 @@ class ReferenceServer:
         in_bytes = _nbytes(self.inputs(self.options.seed))
         out = self.reference(self.options.seed)
         out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
-        info = {"footprint_mb": (in_bytes + 2 * out_bytes) / 2**20}
+        info = {"footprint_mb": (in_bytes + 2 * out_bytes) / 2**20, "output_mb": out_bytes / 2**20}
         if self.device == "cuda":
             torch.cuda.synchronize()
             info["reference_peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2**20

@@ -67,9 +67,10 @@ bench() {
 trust() {
   export PATH="$PWD/.whl/bin:$PATH"
   python3 -c "from kcoder.evaluate.sandbox import resolve_mode; print('SANDBOX', resolve_mode('auto'))"
-  timeout 280 python3 -m pytest -m gpu -q -s -x tests/gpu/test_cuda.py tests/gpu/test_cuda_redteam.py 2>&1 \
-    | tee "$out/gpu_tests.log" | grep -E "EXAMPLE|SABOTAGE|passed|failed|Error|assert"
-  timeout 250 python3 bench/memory.py --big-first 2>&1 | tee "$out/memory.log" | grep -v "^warm"
+  timeout 230 python3 bench/memory.py --big-first 2>&1 | tee "$out/memory.log"
+  timeout 140 python3 -m pytest -m gpu -q -s tests/gpu/test_cuda_redteam.py \
+    tests/gpu/test_cuda.py::test_hidden_stream_work_rejected 2>&1 \
+    | tee "$out/gpu_tests.log" | grep -E "SABOTAGE|passed|failed|Error|assert"
 }
 
 profile_tests() {

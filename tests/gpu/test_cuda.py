@@ -67,7 +67,9 @@ def test_stale_reference_output_rejected(tmp_path):
 def test_hidden_stream_work_rejected(tmp_path):
     verdict = _eval(_write(tmp_path, "return _ext.hidden_stream(x, y, self.scale)", "side.py"),
                     PROBLEMS / "scale_add.py")
-    assert not verdict.correct and "outside the timed stream" in verdict.reason, verdict.reason
+    # the profiler's kernel time or the judge's own clock over back-to-back calls shows it
+    assert not verdict.correct, verdict.reason
+    assert "outside the timed stream" in verdict.reason or "judge's own clock" in verdict.reason, verdict.reason
 
 
 def test_static_check_catches_plain_stream_creation(tmp_path):
