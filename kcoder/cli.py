@@ -21,6 +21,7 @@ from kcoder.settings import (
     DEFAULT_TARGET,
     Device,
     Precision,
+    SandboxMode,
     Settings,
     Stage,
     ToolCallMode,
@@ -64,6 +65,8 @@ DeviceOpt = Annotated[Device | None, typer.Option(help="cuda or cpu (default: cu
 AllowOpt = Annotated[str | None, typer.Option(help="Library ops the candidate may call: gemm,conv (cuBLAS/cuDNN).")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="strict (fp32 is fp32) or relaxed (TF32/bf16; baselines too).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")]
+SandboxOpt = Annotated[SandboxMode, typer.Option(
+    help="Confine the candidate's process: auto (bubblewrap where it works), bwrap, or none.")]
 
 
 def _option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
@@ -102,6 +105,7 @@ PROFILE = _option("profile", Annotated[str | None, typer.Option(
     help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent.")])
 TOOL_CALL = _option("tool_call", Annotated[ToolCallMode | None, typer.Option(
     help="native, text or auto tool calling.")])
+SANDBOX = _option("sandbox", SandboxOpt, "auto")
 COMMIT = _option("commit", Annotated[bool, typer.Option(
     "--commit", help="Commit the best verified kernel to branch kcoder/<problem>.")], False)
 
@@ -119,6 +123,7 @@ def eval_command(
                                  "(at least 10 rounds)."),
     plain_build: bool = typer.Option(False, "--plain-build",
                                      help="Build exactly as plain load_inline does (no precompiled header)."),
+    sandbox: SandboxOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Build, verify and time CANDIDATE against PROBLEM; print the verdict."""
@@ -126,7 +131,7 @@ def eval_command(
     from kcoder.problem import ProblemError
 
     settings = _settings(device, allow, precision=precision, stop_after=stop_after, no_compile=no_compile,
-                         budget=budget, plain_build=plain_build)
+                         budget=budget, plain_build=plain_build, sandbox=sandbox)
     try:
         settings.validate()
         verdict = evaluate(problem, candidate, settings.eval_options())
@@ -142,8 +147,8 @@ def eval_command(
         out.print(verdict_table(verdict))
         if verdict.log and not verdict.correct:
             out.print(verdict.log, markup=False)
-    if verdict.stage == "problem":
-        raise typer.Exit(2)
+    if verdict.status == "error":  # kcoder's own failure, not the candidate's
+        raise typer.Exit(3)
     raise typer.Exit(0 if verdict.correct else 1)
 
 
@@ -151,7 +156,7 @@ def eval_command(
 @with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
-    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, COMMIT)
+    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT)
 def optimize_command(problem: ProblemArg, **options: Any) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
     from kcoder.agent.optimize import optimize
@@ -259,7 +264,7 @@ def profile_command(
     help="Speed-up over torch.compile that counts as reaching the target.")], DEFAULT_TARGET),
     _option("max_turns", Annotated[int, typer.Option(
         help="Model turns per message before the model must hand back.")], 30),
-    MAX_COST, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL)
+    MAX_COST, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX)
 def chat_command(problem: ProblemArg, **options: Any) -> None:
     """Refine kernels for PROBLEM in conversation; /help lists the slash commands (/eval, /commit ...)."""
     from kcoder.chat.repl import run_chat

@@ -18,6 +18,7 @@ Device = Literal["cpu", "cuda"]
 Stage = Literal["build", "verify", "timing"]  # where an evaluation stops
 Precision = Literal["strict", "relaxed"]
 ToolCallMode = Literal["native", "text", "auto"]
+SandboxMode = Literal["auto", "bwrap", "none"]
 TOOL_CALL_MODES: tuple[str, ...] = get_args(ToolCallMode)
 
 # A run succeeds at a verified candidate this many times faster than torch.compile. (The
@@ -48,6 +49,7 @@ class Settings:
     budget: float = DEFAULT_BUDGET_S
     plain_build: bool = False  # build exactly as plain load_inline does (no faster build)
     no_compile: bool = False  # skip the torch.compile baseline
+    sandbox: SandboxMode = "auto"  # how the candidate's process is confined (evaluate/sandbox.py)
     # The model (optimize, chat).
     model: str | None = None
     api_base: str | None = None
@@ -72,7 +74,7 @@ class Settings:
         return cls(device=options.device, allow=list(options.allow), precision=options.precision,
                    stop_after=options.stop_after, budget=options.timing_budget_s,
                    plain_build=not options.fast_build, no_compile=not options.compile_baseline,
-                   eval_base=options, **fields)
+                   sandbox=options.sandbox, eval_base=options, **fields)
 
     def eval_options(self) -> EvalOptions:
         """The evaluator's options for these settings (not validated: see `validate`)."""
@@ -81,7 +83,7 @@ class Settings:
         return replace(self.eval_base or EvalOptions(), device=self.device, allow=list(self.allow),
                        precision=self.precision, stop_after=self.stop_after,
                        timing_budget_s=self.budget, fast_build=not self.plain_build,
-                       compile_baseline=not self.no_compile)
+                       compile_baseline=not self.no_compile, sandbox=self.sandbox)
 
     def validate(self) -> None:
         """ValueError naming the bad option (device, allow, precision, target, limits)."""
