@@ -68,24 +68,18 @@ def flush_l2(buffer: Any) -> None:
     buffer.sum()
 
 
-CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
+CU_LIMIT_PERSISTING_L2 = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE (= cudaLimitPersistingL2CacheSize)
 
 
-def loaded_cudart() -> Any:
-    """The CUDA runtime library this process already loaded (through torch), via ctypes."""
+def cuda_driver() -> Any:
+    """The CUDA driver library (libcuda), which every CUDA process has loaded, via ctypes; its
+    context calls act on the context torch made current. None where it cannot be loaded."""
     import ctypes
 
     try:
-        with open("/proc/self/maps") as fh:
-            paths = {line.split()[-1] for line in fh if "libcudart" in line}
+        return ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
-    for path in sorted(paths):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
 
 
 class Clock:
@@ -96,7 +90,7 @@ class Clock:
 
         self.device = device
         self.cuda = device == "cuda"
-        self.cudart: Any = None
+        self.driver: Any = None
         if self.cuda:
             self.flush_buffer = l2_flush_buffer(torch)
             self.event = torch.cuda.Event
@@ -107,21 +101,21 @@ class Clock:
             self.cycles_per_s = khz * 1e3
             self.overlap_s = HOST_OVERLAP_S
             self.gpu_sleep = torch.cuda._sleep
-            self.cudart = loaded_cudart()
+            self.driver = cuda_driver()
 
     def reset_persisting_l2(self) -> int:
         """Drop persisting-L2 lines and their carve-out (an access-policy window set by a
         candidate would otherwise keep its data resident across the flush). Returns the
         carve-out in bytes that was set before the reset (0 when none was)."""
-        if not self.cuda or self.cudart is None:
+        if not self.cuda or self.driver is None:
             return 0
         import ctypes
 
         found = ctypes.c_size_t(0)
-        self.cudart.cudaDeviceGetLimit(ctypes.byref(found), CUDA_LIMIT_PERSISTING_L2)
-        self.cudart.cudaCtxResetPersistingL2Cache()
+        self.driver.cuCtxGetLimit(ctypes.byref(found), CU_LIMIT_PERSISTING_L2)
+        self.driver.cuCtxResetPersistingL2Cache()
         if found.value:
-            self.cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+            self.driver.cuCtxSetLimit(CU_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
         return int(found.value)
 
     def sync(self) -> None:
