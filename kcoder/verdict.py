@@ -51,8 +51,8 @@ class Verdict:
     speedup_vs_compile_ci: list[float] | None = None
     notes: list[str] = field(default_factory=list)
     log: str = ""  # trimmed compiler output or traceback, for people and for the agent
-    # "accepted" (correct), "rejected" (the candidate failed), "error" (kcoder's own failure:
-    # never charged to the candidate, reward 0).
+    # "accepted" (correct), "rejected" (the candidate failed), "compiled" (--stop-after build,
+    # and it built), "error" (kcoder's own failure: never charged to the candidate, reward 0).
     status: str = "rejected"
     sandbox: str = ""  # "bwrap" or "none": how the candidate's process was confined
     # Device memory in MiB: the evaluation's peak (both processes) and a plain reference call's;

@@ -73,7 +73,8 @@ def _candidate_source(path: Path, verdict: Verdict) -> str | None:
 def finish(verdict: Verdict) -> Verdict:
     """Settle the status, cap every text a candidate can make kcoder store, redact secrets."""
     if verdict.status != "error":
-        verdict.status = "accepted" if verdict.correct else "rejected"
+        built_only = verdict.compiled and verdict.stage == "build" and verdict.reason == "compiled"
+        verdict.status = "accepted" if verdict.correct else "compiled" if built_only else "rejected"
     data = redact_data(verdict.to_dict())
     data["reason"] = _cap(data["reason"], REASON_CHARS)
     data["log"] = _cap(data["log"], LOG_CHARS, keep_end=True)

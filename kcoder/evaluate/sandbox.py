@@ -116,10 +116,15 @@ def bwrap_argv(box: Box, device: str, read_only: list[Path]) -> list[str]:
     home = Path.home().resolve()
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--ro-bind", "/", "/",
             "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp"]
+    masked = [Path("/tmp").resolve()]
     if home != Path("/"):
         argv += ["--tmpfs", str(home)]  # hides ~/.ssh, ~/.aws, ~/.config ... of the real user
-        for path in _outermost([p for p in _runtime_paths() if home in p.parents]):
-            argv += ["--ro-bind", str(path), str(path)]
+        masked.append(home)
+    # Python, its packages and this kcoder stay visible (read-only) even when they live in a
+    # masked folder (a virtual environment in /tmp, pyenv in HOME).
+    hidden = [p for p in _runtime_paths() if any(m == p or m in p.parents for m in masked)]
+    for path in _outermost(hidden):
+        argv += ["--ro-bind", str(path), str(path)]
     if device == "cuda":
         for node in sorted(Path("/dev").glob("nvidia*")):
             argv += ["--dev-bind", str(node), str(node)]
