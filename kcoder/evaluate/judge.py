@@ -23,9 +23,10 @@ from typing import Any
 from kcoder.evaluate.channel import ChannelError, Peer
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.spawn import Children
+from kcoder.evaluate.summary import record_timings
 from kcoder.evaluate.timing import Timings
 from kcoder.problem import ProblemError
-from kcoder.verdict import Verdict, reward_for
+from kcoder.verdict import Verdict
 
 # Device kernel time may exceed the event time by this factor (plus slack) before work is
 # deemed to run outside the timed stream.
@@ -39,6 +40,7 @@ BATCH_TARGET_S = 0.2
 OUTER_TRIES = 5
 TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
 MIN_TIMING_CHECKS = 4
+MAX_CHECKS = 8  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
 
 
 class Stop(Exception):
@@ -173,7 +175,7 @@ class Judge:
         after = self.baselines(deadline)
         samples = {k: before[k] + after[k] for k in before}
         samples["candidate"] = cand
-        self.conclude(Timings(samples))
+        record_timings(self.verdict, Timings(samples))
         v.seconds["timing"] = round(time.perf_counter() - started, 3)
 
     def baselines(self, deadline: float) -> dict[str, list[float]]:
@@ -194,20 +196,36 @@ class Judge:
         self.ask_candidate(_left(deadline), "timing", op="warmup", seeds=[self.seed() for _ in range(opts.warmup)],
                            expect="warm")
         times: list[float] = []
+        checks: set[int] = {0}
+        audits: set[int] = set()
         for r in range(opts.max_rounds):
             self.last_seed = self.seed()
             reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed, expect="us")
             times.append(_time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
             self._note_carveout(reply.get("l2_carveout"))
-            # Which timed outputs are checked is drawn after the call, so every call must be right.
-            if r == 0 or self.rng.random() < 1.0 / max(1, opts.audit_every):
+            if r == 0:
+                checks, audits = self.plan_checks(times[0])
+            # The rounds to check were drawn at random: every call must be right.
+            if r in checks:
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
-            if opts.audit_every and r % opts.audit_every == opts.audit_every - 1:
+            if r in audits:
                 self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
             if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s():
                 break
         return times
 
+    def plan_checks(self, first_us: float) -> tuple[set[int], set[int]]:
+        """Rounds whose timed output is checked, and rounds followed by a guarded audit call:
+        drawn at random over the rounds the budget will allow (from the first call's time), a
+        1/audit_every share of them, at most MAX_CHECKS of each kind (each check costs a
+        reference call and an output's trip between processes)."""
+        opts = self.options
+        expected = int(min(opts.max_rounds, max(opts.min_rounds, self.share_s() * 1e6 / max(first_us, 1.0))))
+        if not opts.audit_every:
+            return set(range(opts.max_rounds)), set()
+        share = min(MAX_CHECKS, max(1, expected // opts.audit_every))
+        checks = {0, *self.rng.sample(range(expected), share)}
+        return checks, set(self.rng.sample(range(expected), share))
     def _note_rationed(self) -> None:
         note = (f"outputs are large: during timing only some outputs were checked "
                 f"(a budget of {TIMING_CHECK_BUDGET_MB / 1024:.0f} GiB of checked outputs)")
@@ -272,28 +290,6 @@ class Judge:
         cand = _time_value(reply.get("peak_mb"), allow_zero=True)
         ref = self.ask_reference(_left(deadline), "timing", op="peak").get("peak_mb", 0.0)
         self.verdict.peak_memory_mb = _round((cand or 0.0) + float(ref))
-
-    def conclude(self, timings: Timings) -> None:
-        v = self.verdict
-        v.timing_rounds = len(timings.samples["candidate"])
-        v.eager_us, v.eager_iqr_us = timings.median("eager"), timings.iqr("eager")
-        v.candidate_us, v.candidate_iqr_us = timings.median("candidate"), timings.iqr("candidate")
-        v.speedup_vs_eager = timings.speedup("eager", "candidate")
-        v.speedup_vs_eager_ci = timings.speedup_ci("eager", "candidate")
-        if "compile" in timings.samples:
-            v.compile_us, v.compile_iqr_us = timings.median("compile"), timings.iqr("compile")
-            v.speedup_vs_compile = timings.speedup("compile", "candidate")
-            v.speedup_vs_compile_ci = timings.speedup_ci("compile", "candidate")
-        else:
-            v.notes.append("torch.compile baseline skipped (--no-compile): speed-up vs compile unknown")
-        v.reward = reward_for(v.correct, v.speedup_vs_eager, v.speedup_vs_compile)
-        v.stage = "done"
-        parts = [f"correct on {v.n_input_sets} input sets + {v.timing_rounds} timed calls"]
-        if v.speedup_vs_eager is not None:
-            parts.append(f"{v.speedup_vs_eager:.2f}x vs eager")
-        if v.speedup_vs_compile is not None:
-            parts.append(f"{v.speedup_vs_compile:.2f}x vs torch.compile")
-        v.reason = ", ".join(parts)
 
     # --- talking to the children --------------------------------------------------------------
     def ask_reference(self, limit_s: float | None, stage: str, **request: Any) -> dict[str, Any]:
