@@ -40,7 +40,7 @@ BATCH_TARGET_S = 0.2
 OUTER_TRIES = 5
 TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
 MIN_TIMING_CHECKS = 4
-MAX_CHECKS = 8  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
+MAX_CHECKS = 6  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
 
 
 class Stop(Exception):
@@ -208,9 +208,10 @@ class Judge:
             # The rounds to check were drawn at random: every call must be right.
             if r in checks:
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
-            if r in audits:
+            last = r + 1 == opts.max_rounds or (r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s())
+            if r in audits or (last and opts.audit_every):  # and after the last round, always
                 self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
-            if r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s():
+            if last:
                 break
         return times
 
