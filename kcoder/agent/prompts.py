@@ -34,6 +34,9 @@ Rules the evaluator enforces (a candidate that breaks one is rejected, whatever 
   not be modified. Precision policy: {precision}.
 - No extra streams or threads, no caching of outputs, no try/except fallbacks, no patching
   timers, no reading model.py or its outputs.
+- The candidate runs in a sandbox with no network and no secrets in its environment; it must
+  not open or write files, start processes, read /proc, or reach into Python objects from C++.
+  Its reported times are cross-checked by the evaluator's own clock.
 - Parameters: keep the reference's parameter/buffer names and shapes so its state dict loads."""
 
 _PROCESS = """\
