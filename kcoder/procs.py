@@ -61,9 +61,11 @@ def read_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
     return f"[... {size - limit} bytes cut ...]\n{text}" if size > limit else text
 
 
-def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] | None = None) -> RunResult:
+def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] | None = None,
+        tail_bytes: int | None = OUTPUT_TAIL_BYTES) -> RunResult:
     """Run `cmd` in a new session; at the limit SIGKILL its whole process group. The output
-    (stdout and stderr together) is kept up to its last OUTPUT_TAIL_BYTES."""
+    (stdout and stderr together) is kept up to its last `tail_bytes` (None: all of it, for
+    output that is data, such as ncu's CSV pages)."""
     started = time.monotonic()
     with tempfile.NamedTemporaryFile(prefix="kcoder-run-") as log:
         try:
@@ -79,5 +81,6 @@ def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] 
         finally:
             kill_group(proc)  # stray children too, even after a normal exit
         log.flush()
-        output = read_tail(Path(log.name))
+        output = read_tail(Path(log.name), tail_bytes) if tail_bytes else Path(log.name).read_bytes().decode(
+            errors="replace")
     return RunResult(None if timed_out else proc.returncode, output, timed_out, round(time.monotonic() - started, 2))

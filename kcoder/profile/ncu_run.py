@@ -93,9 +93,9 @@ class NcuOutcome:
 def _import_page(ncu: str, rep: Path, page: str, timeout_s: float, cwd: Path, env: dict[str, str]) -> RunResult:
     # raw: mangled names match ptxas entries exactly; details: demangled names for people
     extra = ["--print-units", "base", "--print-kernel-base", "mangled" if page == "raw" else "demangled"]
-    res = run([ncu, "--import", str(rep), "--csv", "--page", page, *extra], timeout_s, cwd, env)
+    res = run([ncu, "--import", str(rep), "--csv", "--page", page, *extra], timeout_s, cwd, env, tail_bytes=None)
     if res.rc != 0 and not res.timed_out:  # an older ncu may not know a print option: plain export
-        res = run([ncu, "--import", str(rep), "--csv", "--page", page], timeout_s, cwd, env)
+        res = run([ncu, "--import", str(rep), "--csv", "--page", page], timeout_s, cwd, env, tail_bytes=None)
     return res
 
 

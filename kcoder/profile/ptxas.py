@@ -250,7 +250,7 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
                 return report
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged cache entry is rebuilt
-        res = run(cmd, timeout_s, Path(tmp))
+        res = run(cmd, timeout_s, Path(tmp), tail_bytes=None)
         rc, out = res.rc, res.output
     report.seconds = round(time.monotonic() - started, 1)
     if rc is None:
@@ -276,7 +276,7 @@ def _cuobjdump_fallback(build_dir: Path, report: CompilerReport, arch: str | Non
     libs = sorted(build_dir.glob("*.so"))
     if not tool or not Path(tool).exists() or not libs:
         return
-    res = run([tool, "--dump-resource-usage", str(libs[0])], 60.0, build_dir)
+    res = run([tool, "--dump-resource-usage", str(libs[0])], 60.0, build_dir, tail_bytes=None)
     rc, out = res.rc, res.output
     kernels = parse_cuobjdump(out) if rc == 0 else []
     if kernels:
