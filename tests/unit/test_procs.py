@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 from kcoder.procs import OUTPUT_TAIL_BYTES, run
 
@@ -18,11 +19,13 @@ def test_output_is_a_capped_tail_unless_it_is_data(tmp_path):
 
 def test_deadline_kills_the_group(tmp_path):
     marker = tmp_path / "late"
-    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-              f"'import time; time.sleep(3); open({str(marker)!r}, \"w\")']); time.sleep(60)")
-    result = run([sys.executable, "-c", script], 1, tmp_path)
-    assert result.timed_out and result.rc is None
-    import time
-
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\ntime.sleep(3)\nopen({str(marker)!r}, 'w').close()\n")
+    parent = tmp_path / "parent.py"
+    parent.write_text(f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, {str(child)!r}])\n"
+                      "time.sleep(60)\n")
+    started = time.monotonic()
+    result = run([sys.executable, str(parent)], 1, tmp_path)
+    assert result.timed_out and result.rc is None and time.monotonic() - started < 30
     time.sleep(4)
     assert not marker.exists()  # the grandchild died with the group
