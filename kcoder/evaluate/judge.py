@@ -108,7 +108,8 @@ class Judge:
         self.background_jobs = jobs if isinstance(jobs, int) else 0
         if first:
             v.compiled = True
-            v.notes.extend(str(n)[:300] for n in built.get("notes", [])[:20])
+            notes = built.get("notes")  # the candidate's process wrote these: data, bounded
+            v.notes.extend(str(n)[:300] for n in (notes if isinstance(notes, list) else [])[:20])
             # the import and init of the candidate, as its process measured them (information only)
             seconds = _time_value(built.get("seconds"), allow_zero=True)
             v.seconds["build"] = seconds if seconds is not None else round(time.perf_counter() - started, 3)
