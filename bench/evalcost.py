@@ -4,7 +4,7 @@ run so both see the same machine. Builds are warmed first (not timed), so the fi
 the evaluation itself: process starts, verification, timing.
 
     git worktree add /tmp/kcoder-before bab607d      # the evaluator before issue 15
-    python bench/evalcost.py --before /tmp/kcoder-before [--device cpu|cuda] [--repeat 2]
+    python bench/evalcost.py --before /tmp/kcoder-before [--device cpu|cuda] [--repeat 2] [--examples a,b]
 """
 
 from __future__ import annotations
@@ -36,10 +36,14 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="checkout of the earlier kcoder")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--examples", default="", help="comma-separated example names (default: all)")
     args = parser.parse_args()
+    chosen = {e for e in args.examples.split(",") if e}
     sides = {"before": args.before.resolve(), "after": ROOT}
     rows = []
     for folder in sorted(p.parent for p in (ROOT / "examples").glob(f"*/solution_{args.device}.py")):
+        if chosen and folder.name not in chosen:
+            continue
         problem, solution = folder / "model.py", folder / f"solution_{args.device}.py"
         for side, checkout in sides.items():  # warm builds and compile caches, untimed
             print(f"warm-up {folder.name} {side}: {run_eval(checkout, problem, solution, args.device)[1]}", flush=True)
