@@ -122,19 +122,21 @@ def _compare_tensor(path: str, out: Any, ref: Any, precision: str) -> ErrorStats
     if ref.numel() == 0:
         return ErrorStats(tolerance=tol)
     o_flat, r_flat = out.reshape(-1), ref.reshape(-1)
-    _check_nonfinite(path, o_flat, r_flat)
-    ref_sq = sum(float(r.square().sum()) for _, r in _chunks(o_flat, r_flat))
+    chunk = _chunk_elements(ref)
+    all_finite = _check_nonfinite(path, o_flat, r_flat, chunk)
+    ref_sq = sum(float(torch.linalg.vector_norm(r, dtype=torch.float64)) ** 2
+                 for _, _, r in _chunks(o_flat, r_flat, chunk, all_finite))
     rms = math.sqrt(ref_sq / ref.numel())
     ref_norm = math.sqrt(ref_sq)
     stats = ErrorStats(tolerance=tol)
     diff_sq, n_over, first_over = 0.0, 0, None
-    for start, o, r in _chunks_at(o_flat, r_flat):
-        diff = (o - r).abs()
-        scale = r.abs() + rms
+    for start, o, r in _chunks(o_flat, r_flat, chunk, all_finite):
+        diff = o.sub_(r).abs_()
+        scale = r.abs().add_(rms)
         stats.max_abs_err = max(stats.max_abs_err, float(diff.max()))
-        stats.max_rel_err = max(stats.max_rel_err, float((diff / (scale + 1e-30)).max()))
-        diff_sq += float(diff.square().sum())
-        over = diff > rtol * scale + 1e-6 * rtol
+        diff_sq += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
+        over = diff > scale * rtol + 1e-6 * rtol
+        stats.max_rel_err = max(stats.max_rel_err, float(diff.div_(scale.add_(1e-30)).max()))
         count = int(over.sum())
         if count and first_over is None:
             first_over = start + int(over.nonzero()[0])
@@ -155,42 +157,53 @@ def _compare_tensor(path: str, out: Any, ref: Any, precision: str) -> ErrorStats
     return stats
 
 
-# Elements per comparison chunk: memory stays a few hundred MB whatever the output's size.
+# Elements per comparison chunk: memory stays bounded whatever the output's size. On the
+# host, chunks small enough for the allocator to reuse (large ones are fresh, zeroed pages).
 CHUNK = 1 << 24
+HOST_CHUNK = 1 << 20
 
 
-def _chunks_at(o_flat: Any, r_flat: Any) -> Any:
-    """(offset, out, ref) per chunk, in float64, with non-finite reference positions zeroed
-    in both (their positions were compared exactly before)."""
+def _chunk_elements(ref: Any) -> int:
+    return CHUNK if ref.device.type == "cuda" else HOST_CHUNK
+
+
+def _chunks(o_flat: Any, r_flat: Any, chunk: int, all_finite: bool) -> Any:
+    """(offset, out, ref) per chunk in the comparison dtype (float64 for float64 outputs,
+    float32 otherwise: differences of float32 values are exact enough for every tolerance
+    used). Non-finite reference positions are zeroed in both (their positions were
+    compared exactly before). `out` is a fresh tensor the caller may modify."""
     import torch
 
-    for start in range(0, r_flat.numel(), CHUNK):
-        o = o_flat[start:start + CHUNK].double()
-        r = r_flat[start:start + CHUNK].double()
-        finite = torch.isfinite(r)
-        yield start, torch.where(finite, o, 0.0), torch.where(finite, r, 0.0)
+    dtype = torch.float64 if r_flat.dtype == torch.float64 else torch.float32
+    for start in range(0, r_flat.numel(), chunk):
+        o = o_flat[start:start + chunk].to(dtype, copy=True)
+        r = r_flat[start:start + chunk].to(dtype)
+        if not all_finite:
+            finite = torch.isfinite(r)
+            o, r = torch.where(finite, o, 0.0), torch.where(finite, r, 0.0)
+        yield start, o, r
 
 
-def _chunks(o_flat: Any, r_flat: Any) -> Any:
-    for _, o, r in _chunks_at(o_flat, r_flat):
-        yield o, r
-
-
-def _check_nonfinite(path: str, o_flat: Any, r_flat: Any) -> None:
-    """NaN, +Inf and -Inf must sit at exactly the reference's positions (chunk by chunk)."""
+def _check_nonfinite(path: str, o_flat: Any, r_flat: Any, chunk: int) -> bool:
+    """NaN, +Inf and -Inf must sit at exactly the reference's positions (chunk by chunk).
+    Returns whether both are finite everywhere (the common case, checked in one pass)."""
     import torch
 
+    if all(bool(torch.isfinite(t[s:s + chunk]).all()) for t in (o_flat, r_flat)
+           for s in range(0, r_flat.numel(), chunk)):
+        return True
     tests = (("NaN", torch.isnan), ("+Inf", lambda t: t == float("inf")), ("-Inf", lambda t: t == float("-inf")))
     for name, fn in tests:
         extra = missing = 0
-        for start in range(0, r_flat.numel(), CHUNK):
-            mo, mr = fn(o_flat[start:start + CHUNK]), fn(r_flat[start:start + CHUNK])
+        for start in range(0, r_flat.numel(), chunk):
+            mo, mr = fn(o_flat[start:start + chunk]), fn(r_flat[start:start + chunk])
             extra += int((mo & ~mr).sum())
             missing += int((mr & ~mo).sum())
         if extra or missing:
             hint = " (unwritten output memory is poisoned with NaN)" if name == "NaN" and extra else ""
             raise Mismatch(f"{path}: {name} positions differ from the reference "
                            f"({extra} unexpected, {missing} missing){hint}")
+    return False
 
 
 def zeros_would_pass(ref: Any, precision: str) -> bool:

@@ -13,9 +13,11 @@ back-to-back batches, and timed outputs are checked at random rounds.
 from __future__ import annotations
 
 import math
+import os
 import random
 import secrets
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,14 @@ OUTER_TRIES = 5
 TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
 MIN_TIMING_CHECKS = 4
 MAX_CHECKS = 6  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
+
+
+TRACE = os.environ.get("KCODER_TRACE") == "1"  # one stderr line per request: where the time goes
+
+
+def _trace(process: str, op: str, started: float) -> None:
+    if TRACE:
+        print(f"[kcoder trace] {process:9} {op:12} {time.perf_counter() - started:8.3f} s", file=sys.stderr)
 
 
 class Stop(Exception):
@@ -296,8 +306,10 @@ class Judge:
     # --- talking to the children --------------------------------------------------------------
     def ask_reference(self, limit_s: float | None, stage: str, **request: Any) -> dict[str, Any]:
         """A request to the reference process (or its start-up reply when `request` is empty)."""
+        started = time.perf_counter()
         try:
             reply = self.ref.request(limit_s, **request) if request else self.ref.receive(limit_s)
+            _trace("reference", request.get("op", stage), started)
         except ChannelError as exc:
             self.harness_error(f"the reference process failed during {stage} ({exc.kind}: {exc})",
                                self.children.log_tail("reference"))
@@ -314,7 +326,9 @@ class Judge:
             cand.send(**request) if request else None
         except ChannelError as exc:
             self.crash(stage, exc)
+        started = time.perf_counter()
         reply = self._receive(cand, limit_s, stage)
+        _trace("candidate", request.get("op", stage), started)
         return self._expect(reply, expect, stage)
 
     def _receive(self, cand: Peer, limit_s: float | None, stage: str) -> dict[str, Any]:
