@@ -67,10 +67,28 @@ bench() {
 trust() {
   export PATH="$PWD/.whl/bin:$PATH"
   python3 -c "from kcoder.evaluate.sandbox import resolve_mode; print('SANDBOX', resolve_mode('auto'))"
-  timeout 230 python3 bench/memory.py --big-first 2>&1 | tee "$out/memory.log"
-  timeout 140 python3 -m pytest -m gpu -q -s tests/gpu/test_cuda_redteam.py \
+  KCODER_PCH=wait python3 -m kcoder eval examples/softmax_rows/model.py examples/softmax_rows/solution_cuda.py \
+    --device cuda --stop-after build --json | grep -E '"(status|reason)"'
+  for d in examples/*/; do
+    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json \
+      | grep -E '"status"' &
+  done
+  wait
+  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
+  KCODER_TRACE=1 timeout 300 python3 bench/memory.py 2>&1 | tee "$out/memory.log"
+  timeout 150 python3 -m pytest -m gpu -q -s tests/gpu/test_cuda_redteam.py \
     tests/gpu/test_cuda.py::test_hidden_stream_work_rejected 2>&1 \
-    | tee "$out/gpu_tests.log" | grep -E "SABOTAGE|passed|failed|Error|assert"
+    | tee "$out/gpu_tests.log" | grep -E "SABOTAGE|passed|failed|Error|assert|^E "
+}
+
+# cost: the evaluator before issue 15 (.baseline, carried) vs this one on the four examples.
+cost() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  for d in examples/*/; do
+    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json >/dev/null &
+  done
+  wait
+  timeout 450 python3 bench/evalcost.py --before .baseline --device cuda --repeat 1 2>&1 | tee "$out/evalcost.log"
 }
 
 profile_tests() {
