@@ -98,6 +98,7 @@ class Judge:
         # Outputs travel through files: at real sizes, checks during timing are rationed.
         output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
+        self.children.use_shared_memory(output_mb * 2**20)
         self.start_candidate(first=True)
         if opts.stop_after == "build":
             v.reason = "compiled"
@@ -146,7 +147,7 @@ class Judge:
                 return
             self.timing_checks_left -= 1
         seed = self.last_seed if save_last else self.seed()
-        path = str(self.children.box.io / f"out-{secrets.token_hex(8)}.pt")
+        path = str(self.children.box.outputs / f"out-{secrets.token_hex(8)}.pt")
         if save_last:
             self.ask_candidate(_left(deadline), stage, op="save_last", path=path, expect="saved")
         else:

@@ -141,6 +141,7 @@ class ReferenceServer:
         torch = self.torch
         ref = self.reference(seed, perturbed)
         try:
+            # Read, never mmap: the candidate's process could truncate a mapped file (SIGBUS here).
             out = torch.load(path, weights_only=True, map_location=self.device)
         except Exception as exc:
             return {"ok": False, "reason": f"{label}: the candidate's output could not be read back "

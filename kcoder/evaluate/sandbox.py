@@ -40,6 +40,7 @@ class Box:
 
     root: Path
     marker: str = field(default_factory=lambda: secrets.token_hex(12))
+    exchange: Path | None = None  # outputs travel here when set (a folder in /dev/shm)
 
     @classmethod
     def create(cls, parent: Path) -> Box:
@@ -51,6 +52,11 @@ class Box:
     @property
     def io(self) -> Path:
         return self.root / "io"
+
+    @property
+    def outputs(self) -> Path:
+        """Where the candidate's process saves its outputs for the reference process."""
+        return self.exchange or self.io
 
 
 def scrubbed_env(box: Box, **extra: str) -> dict[str, str]:
@@ -130,7 +136,8 @@ def bwrap_argv(box: Box, device: str, read_only: list[Path]) -> list[str]:
             argv += ["--dev-bind", str(node), str(node)]
     cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
-    for writable in (cache.resolve(), box.root.resolve()):
+    writables = [cache.resolve(), box.root.resolve()] + ([box.exchange.resolve()] if box.exchange else [])
+    for writable in writables:
         argv += ["--bind", str(writable), str(writable)]
     for path in read_only:
         argv += ["--ro-bind", str(path.resolve()), str(path.resolve())]

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from kcoder.redact import is_secret_name
 LOG_TAIL_BYTES = 16 * 1024
 WATCH_EVERY_S = 0.5
 BACKGROUND_BUILD_S = 300.0  # how long an evaluation waits for a precompiled header being built
+SHARED_MEMORY = Path("/dev/shm")
+SHARED_MEMORY_SPARE = 2 * 2**30  # left free in /dev/shm beside two outputs in flight
 
 
 class Children:
@@ -44,6 +47,18 @@ class Children:
         self.cand_proc: subprocess.Popen | None = None
         self.host_limit = options.host_memory_bytes()
         self.watched = 0.0
+
+    def use_shared_memory(self, output_bytes: float) -> bool:
+        """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
+        disk-backed folder costs seconds per GiB on every check. Call before the candidate starts."""
+        try:
+            stats = os.statvfs(SHARED_MEMORY)
+            if stats.f_bavail * stats.f_frsize < 2 * output_bytes + SHARED_MEMORY_SPARE:
+                return False
+            self.box.exchange = Path(tempfile.mkdtemp(prefix="kcoder-outputs-", dir=SHARED_MEMORY))
+        except OSError:
+            return False
+        return True
 
     def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
         job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
@@ -145,6 +160,8 @@ class Children:
             _close_pipes(self.ref_proc)
             kill_group(self.ref_proc)
             self.ref_proc = None
+        if self.box.exchange is not None:
+            shutil.rmtree(self.box.exchange, ignore_errors=True)
 
 
 def _close_pipes(proc: subprocess.Popen) -> None:

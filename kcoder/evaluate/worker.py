@@ -243,7 +243,13 @@ class CandidateServer:
             raise Failure(stage, *_describe_exception(exc, str(self.candidate_path))) from None
 
     def _save(self, out: Any, path: str) -> None:
+        from torch.utils.serialization import config
+
         plain = _plain(out)  # a Failure of the candidate's, not kcoder's
+        # Pinned staging for device-to-host copies; no CRC (it protects nothing against a
+        # writer who controls the file, and costs a pass over every byte).
+        config.save.use_pinned_memory_for_d2h = self.device == "cuda"
+        config.save.compute_crc32 = False
         try:
             self.torch.save(plain, path)
         except Exception as exc:

@@ -75,8 +75,8 @@ trust() {
   done
   wait
   echo "PREBUILD seconds: $(( $(date +%s) - start ))"
-  KCODER_TRACE=1 timeout 300 python3 bench/memory.py 2>&1 | tee "$out/memory.log"
-  timeout 150 python3 -m pytest -m gpu -q -s tests/gpu/test_cuda_redteam.py \
+  KCODER_TRACE=1 timeout "${MEMORY_S:-300}" python3 bench/memory.py ${MEMORY_ARGS:-} 2>&1 | tee "$out/memory.log"
+  timeout "${REDTEAM_S:-150}" python3 -m pytest -m gpu -q -s tests/gpu/test_cuda_redteam.py \
     tests/gpu/test_cuda.py::test_hidden_stream_work_rejected 2>&1 \
     | tee "$out/gpu_tests.log" | grep -E "SABOTAGE|passed|failed|Error|assert|^E "
 }
