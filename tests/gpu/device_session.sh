@@ -75,10 +75,16 @@ trust() {
   done
   wait
   echo "PREBUILD seconds: $(( $(date +%s) - start ))"
-  KCODER_TRACE=1 timeout "${MEMORY_S:-300}" python3 bench/memory.py ${MEMORY_ARGS:-} 2>&1 | tee "$out/memory.log"
+  [ "${MEMORY_S:-300}" != 0 ] && KCODER_TRACE=1 timeout "${MEMORY_S:-300}" python3 bench/memory.py ${MEMORY_ARGS:-} 2>&1 | tee "$out/memory.log"
   timeout "${REDTEAM_S:-150}" python3 -m pytest -m gpu -q -s tests/gpu/test_cuda_redteam.py \
     tests/gpu/test_cuda.py::test_hidden_stream_work_rejected 2>&1 \
     | tee "$out/gpu_tests.log" | grep -E "SABOTAGE|passed|failed|Error|assert|^E "
+}
+
+# trust_cost: the red team, then the cost bench (one bare machine, one call)
+trust_cost() {
+  MEMORY_S=0 trust
+  cost
 }
 
 # cost: the evaluator before issue 15 (.baseline, carried) vs this one on the four examples.
@@ -88,7 +94,7 @@ cost() {
     python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json >/dev/null &
   done
   wait
-  timeout 450 python3 bench/evalcost.py --before .baseline --device cuda --repeat 1 2>&1 | tee "$out/evalcost.log"
+  timeout "${COST_S:-450}" python3 bench/evalcost.py --before .baseline --device cuda --repeat 1 ${COST_ARGS:-} 2>&1 | tee "$out/evalcost.log"
 }
 
 profile_tests() {
