@@ -9,9 +9,11 @@ with replies. Nothing a candidate's process sends is trusted: a reply is data to
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,3 +123,20 @@ class Link:
 
     def phase(self, name: str) -> None:
         self.reply(phase=name)
+
+
+def time_value(value: Any, allow_zero: bool = False) -> float | None:
+    """A reported time in microseconds, or None when it is not a plausible one."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    if value < 0 or (value == 0 and not allow_zero) or value > 1e9:
+        return None
+    return float(value)
+
+
+TRACE = os.environ.get("KCODER_TRACE") == "1"  # one stderr line per request: where the time goes
+
+
+def trace(process: str, op: str, started: float) -> None:
+    if TRACE:
+        print(f"[kcoder trace] {process:9} {op:12} {time.perf_counter() - started:8.3f} s", file=sys.stderr)

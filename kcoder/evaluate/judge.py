@@ -13,16 +13,14 @@ back-to-back batches, and timed outputs are checked at random rounds.
 from __future__ import annotations
 
 import math
-import os
 import random
 import secrets
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from kcoder.evaluate.channel import ChannelError, Peer
+from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.spawn import Children
 from kcoder.evaluate.summary import record_timings
@@ -43,14 +41,6 @@ OUTER_TRIES = 5
 TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
 MIN_TIMING_CHECKS = 4
 MAX_CHECKS = 6  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
-
-
-TRACE = os.environ.get("KCODER_TRACE") == "1"  # one stderr line per request: where the time goes
-
-
-def _trace(process: str, op: str, started: float) -> None:
-    if TRACE:
-        print(f"[kcoder trace] {process:9} {op:12} {time.perf_counter() - started:8.3f} s", file=sys.stderr)
 
 
 class Stop(Exception):
@@ -90,6 +80,7 @@ class Judge:
     def _stages(self) -> None:
         v, opts = self.verdict, self.options
         self.ref = self.children.start_reference()
+        self.cand = self.children.start_candidate()  # it builds while the reference loads the problem
         info = self.ask_reference(None, "problem")
         v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
         v.notes.extend(info.get("notes", []))
@@ -99,7 +90,7 @@ class Judge:
         output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
         self.children.use_shared_memory(output_mb * 2**20)
-        self.start_candidate(first=True)
+        self.finish_start(first=True)
         if opts.stop_after == "build":
             v.reason = "compiled"
             return
@@ -109,12 +100,18 @@ class Judge:
             return
         self.time_all()
 
-    def start_candidate(self, first: bool) -> None:
+    def finish_start(self, first: bool) -> None:
+        """Let the started candidate process instantiate ModelNew (the reference's weights
+        are written by now) and take its build report."""
         v = self.verdict
         v.stage = "build"
         started = time.perf_counter()
-        self.cand = self.children.start_candidate()
-        built = self.ask_candidate(None, "build", expect="built")
+        assert self.cand is not None
+        try:
+            self.cand.send(op="init")
+        except ChannelError:
+            pass  # it failed or died while building: its reply (or its exit) is read next
+        built = self._expect(self._receive(self.cand, None, "build"), "built", "build")
         jobs = built.get("background_jobs")
         self.background_jobs = jobs if isinstance(jobs, int) else 0
         if first:
@@ -122,7 +119,7 @@ class Judge:
             notes = built.get("notes")  # the candidate's process wrote these: data, bounded
             v.notes.extend(str(n)[:300] for n in (notes if isinstance(notes, list) else [])[:20])
             # the import and init of the candidate, as its process measured them (information only)
-            seconds = _time_value(built.get("seconds"), allow_zero=True)
+            seconds = time_value(built.get("seconds"), allow_zero=True)
             v.seconds["build"] = seconds if seconds is not None else round(time.perf_counter() - started, 3)
 
     def verify_sets(self) -> None:
@@ -177,7 +174,8 @@ class Judge:
         deadline = time.monotonic() + opts.timing_timeout_s
         self.stop_candidate()  # nothing of the candidate runs while baselines are timed
         before = self.baselines(deadline)
-        self.start_candidate(first=False)
+        self.cand = self.children.start_candidate()
+        self.finish_start(first=False)
         v.stage = "timing"
         cand = self.candidate_rounds(deadline)
         self.outer_clock_check(statistics.median(cand), deadline)
@@ -213,7 +211,7 @@ class Judge:
         for r in range(opts.max_rounds):
             self.last_seed = self.seed()
             reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed, expect="us")
-            times.append(_time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
+            times.append(time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
             self._note_carveout(reply.get("l2_carveout"))
             if r == 0:
                 checks, audits = self.plan_checks(times[0])
@@ -288,7 +286,7 @@ class Judge:
         if self.options.device != "cuda":
             return
         reply = self.ask_candidate(_left(deadline), "timing", op="kernel_time", seed=self.seed(), expect="kernel_us")
-        kernel_us = _time_value(reply.get("kernel_us"), allow_zero=True)
+        kernel_us = time_value(reply.get("kernel_us"), allow_zero=True)
         if kernel_us is None:
             self.tampered("the profiler's kernel time was not a number")
         self.verdict.notes.append(f"device kernel time per call {kernel_us:.1f} us (profiler, all streams)")
@@ -300,7 +298,7 @@ class Judge:
         if self.options.device != "cuda":
             return
         reply = self.ask_candidate(_left(deadline), "timing", op="peak", expect="peak_mb")
-        cand = _time_value(reply.get("peak_mb"), allow_zero=True)
+        cand = time_value(reply.get("peak_mb"), allow_zero=True)
         ref = self.ask_reference(_left(deadline), "timing", op="peak").get("peak_mb", 0.0)
         self.verdict.peak_memory_mb = _round((cand or 0.0) + float(ref))
 
@@ -310,7 +308,7 @@ class Judge:
         started = time.perf_counter()
         try:
             reply = self.ref.request(limit_s, **request) if request else self.ref.receive(limit_s)
-            _trace("reference", request.get("op", stage), started)
+            trace("reference", request.get("op", stage), started)
         except ChannelError as exc:
             self.harness_error(f"the reference process failed during {stage} ({exc.kind}: {exc})",
                                self.children.log_tail("reference"))
@@ -329,7 +327,7 @@ class Judge:
             self.crash(stage, exc)
         started = time.perf_counter()
         reply = self._receive(cand, limit_s, stage)
-        _trace("candidate", request.get("op", stage), started)
+        trace("candidate", request.get("op", stage), started)
         return self._expect(reply, expect, stage)
 
     def _receive(self, cand: Peer, limit_s: float | None, stage: str) -> dict[str, Any]:
@@ -391,12 +389,3 @@ def _left(deadline: float) -> float:
 
 def _round(value: Any) -> float | None:
     return round(float(value), 1) if isinstance(value, (int, float)) else None
-
-
-def _time_value(value: Any, allow_zero: bool = False) -> float | None:
-    """A reported time in microseconds, or None when it is not a plausible one."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return None
-    if value < 0 or (value == 0 and not allow_zero) or value > 1e9:
-        return None
-    return float(value)

@@ -40,7 +40,8 @@ class Box:
 
     root: Path
     marker: str = field(default_factory=lambda: secrets.token_hex(12))
-    exchange: Path | None = None  # outputs travel here when set (a folder in /dev/shm)
+    exchange: Path | None = None  # a folder in /dev/shm where outputs may travel
+    use_exchange: bool = False  # whether they do (it has room for them)
 
     @classmethod
     def create(cls, parent: Path) -> Box:
@@ -56,7 +57,7 @@ class Box:
     @property
     def outputs(self) -> Path:
         """Where the candidate's process saves its outputs for the reference process."""
-        return self.exchange or self.io
+        return self.exchange if self.exchange is not None and self.use_exchange else self.io
 
 
 def scrubbed_env(box: Box, **extra: str) -> dict[str, str]:

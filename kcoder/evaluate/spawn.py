@@ -36,6 +36,7 @@ class Children:
     def __init__(self, problem: Path, candidate: Path, options: EvalOptions, work: Path, sandbox: str) -> None:
         self.options, self.work, self.sandbox = options, work, sandbox
         self.box = Box.create(work)
+        self.box.exchange = _shared_memory_folder()  # bound into the sandbox from the start
         # The candidate runs from copies in its box: its cwd is never the user's folder and no
         # bytecode lands beside the user's files.
         self.problem_copy = self.box.root / problem.name
@@ -50,15 +51,15 @@ class Children:
 
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
-        disk-backed folder costs seconds per GiB on every check. Call before the candidate starts."""
+        disk-backed folder costs seconds per GiB on every check."""
+        exchange = self.box.exchange
         try:
             stats = os.statvfs(SHARED_MEMORY)
-            if stats.f_bavail * stats.f_frsize < 2 * output_bytes + SHARED_MEMORY_SPARE:
-                return False
-            self.box.exchange = Path(tempfile.mkdtemp(prefix="kcoder-outputs-", dir=SHARED_MEMORY))
+            self.box.use_exchange = (exchange is not None and
+                                     stats.f_bavail * stats.f_frsize >= 2 * output_bytes + SHARED_MEMORY_SPARE)
         except OSError:
-            return False
-        return True
+            self.box.use_exchange = False
+        return self.box.use_exchange
 
     def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
         job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
@@ -162,6 +163,15 @@ class Children:
             self.ref_proc = None
         if self.box.exchange is not None:
             shutil.rmtree(self.box.exchange, ignore_errors=True)
+
+
+def _shared_memory_folder() -> Path | None:
+    try:
+        if os.statvfs(SHARED_MEMORY).f_bavail * os.statvfs(SHARED_MEMORY).f_frsize < SHARED_MEMORY_SPARE:
+            return None
+        return Path(tempfile.mkdtemp(prefix="kcoder-outputs-", dir=SHARED_MEMORY))
+    except OSError:
+        return None
 
 
 def _close_pipes(proc: subprocess.Popen) -> None:

@@ -83,13 +83,23 @@ def poisoned_allocations() -> Iterator[None]:
     before = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     fill_before = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    _set_deterministic(torch, True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+        _set_deterministic(torch, before, warn_only=warn_only)
         torch.utils.deterministic.fill_uninitialized_memory = fill_before
+
+
+def _set_deterministic(torch: Any, mode: bool, warn_only: bool) -> None:
+    """torch.use_deterministic_algorithms without its import of torch._inductor (seconds,
+    once per process; inductor's own flag does not matter in the candidate's process)."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        setter(mode, warn_only=warn_only)
 
 
 def storages(values: Any) -> set[int]:

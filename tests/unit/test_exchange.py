@@ -46,4 +46,6 @@ def test_outputs_stay_on_disk_when_shared_memory_is_short(tmp_path: Path) -> Non
     too_big = free.f_bavail * free.f_frsize  # two of these never fit
     assert not children.use_shared_memory(too_big)
     assert children.box.outputs == children.box.io
+    folder = children.box.exchange
     children.close()
+    assert folder is None or not folder.exists()
