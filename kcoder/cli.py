@@ -274,11 +274,19 @@ def chat_command(problem: ProblemArg, **options: Any) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. SIGTERM/SIGHUP end kcoder as Ctrl-C does (kcoder.shutdown):
+    every evaluation's processes are killed, and the exit status is 128 + the signal."""
+    from kcoder import shutdown
+
+    shutdown.install()
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(shutdown.exit_code() or 130)
+    except SystemExit:
+        if shutdown.exit_code():  # click turned the interrupt into "Aborted!" and exit 1
+            sys.exit(shutdown.exit_code())
+        raise
 
 
 if __name__ == "__main__":
