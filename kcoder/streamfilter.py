@@ -46,8 +46,9 @@ class ToolBlockFilter:
                 line, self.line = self.line, ""
                 self._line(line)
         if self.line and self.fence is None and not self.in_hermes and not self._may_open(self.line):
-            self._emit(self.line)
-            self.line = ""
+            safe = self._safe_prefix(self.line)
+            self._emit(safe)
+            self.line = self.line[len(safe):]
 
     def close(self) -> None:
         """The reply is complete: pass on what is left (an unterminated block stays hidden
@@ -63,6 +64,17 @@ class ToolBlockFilter:
         text = partial.lstrip()
         return any(token.startswith(text) or text.startswith(token) for token in ("```", _HERMES_OPEN))
 
+    @staticmethod
+    def _safe_prefix(partial: str) -> str:
+        """The part of an unfinished line before anything that could become a <tool_call>."""
+        pos = partial.find("<")
+        while pos != -1:
+            tail = partial[pos:]
+            if tail.startswith(_HERMES_OPEN) or _HERMES_OPEN.startswith(tail):
+                return partial[:pos]
+            pos = partial.find("<", pos + 1)
+        return partial
+
     def _line(self, line: str) -> None:
         if self.in_hermes:
             self._hermes_rest(line)
@@ -72,8 +84,7 @@ class ToolBlockFilter:
             self.fence, self.held = match.group(1), [line]
         elif _HERMES_OPEN in line:
             before, _, rest = line.partition(_HERMES_OPEN)
-            if before.strip():
-                self._emit(before.rstrip() + "\n")
+            self._emit(before)
             self.in_hermes, self.hidden = True, self.hidden + 1
             self._hermes_rest(rest)
         else:
@@ -93,9 +104,7 @@ class ToolBlockFilter:
     def _hermes_rest(self, text: str) -> None:
         if _HERMES_CLOSE in text:
             self.in_hermes = False
-            after = text.partition(_HERMES_CLOSE)[2]
-            if after.strip():
-                self._emit(after.lstrip())
+            self._emit(text.partition(_HERMES_CLOSE)[2])
 
     def _emit(self, text: str) -> None:
         if text:

@@ -69,8 +69,8 @@ def describe_call(name: str, arguments: Any, workspace: Workspace | None) -> str
     path = args.get("path") if isinstance(args.get("path"), str) else ""
     current = _current_text(workspace, path)
     if name == "write_file" and isinstance(args.get("content"), str):
-        change = ("new file, " if current is None else f"{diff_stat(current, args['content'])}, ") + _size(args["content"])
-        return f"{name} {path} ({change})"
+        change = "new file" if current is None else diff_stat(current, args["content"])
+        return f"{name} {path} ({change}, {_size(args['content'])})"
     if name == "edit_file" and isinstance(args.get("old_string"), str) and isinstance(args.get("new_string"), str):
         return f"{name} {path} ({diff_stat(args['old_string'], args['new_string'])})"
     rest = short_arguments({k: v for k, v in args.items() if k != "path"})

@@ -21,8 +21,8 @@ from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
 from kcoder.evaluate.sandbox import Box, bwrap_argv, kill_all, marked_pids, resident_bytes, scrubbed_env
 from kcoder.procs import kill_group, read_tail
-from kcoder.shutdown import shutting_down
 from kcoder.redact import is_secret_name
+from kcoder.shutdown import shutting_down
 
 LOG_TAIL_BYTES = 16 * 1024
 WATCH_EVERY_S = 0.5
