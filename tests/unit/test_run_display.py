@@ -14,7 +14,8 @@ from kcoder.evaluate.progress import StageReporter, build_note
 from kcoder.streamfilter import ToolBlockFilter
 from kcoder.verdict import Verdict
 
-BLOCK = "```tool\n" + json.dumps({"name": "write_file", "arguments": {"path": "a.py", "content": "x\n" * 50}}) + "\n```\n"
+CALL = {"name": "write_file", "arguments": {"path": "a.py", "content": "x\n" * 50}}
+BLOCK = "```tool\n" + json.dumps(CALL) + "\n```\n"
 
 
 def filtered(text: str, step: int) -> tuple[str, int]:
