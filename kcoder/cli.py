@@ -193,12 +193,12 @@ def skills_command(as_json: bool = typer.Option(False, "--json", help="Print JSO
     else:
         from rich.table import Table
 
-        from kcoder.ui import console
+        from kcoder.ui import clip, console
 
         table = Table("name", "source", "status", "description")
         for s in skills:
             status = "[green]ok[/]" if s.valid else "[red]invalid: " + "; ".join(s.problems) + "[/]"
-            table.add_row(s.name, s.source, status, s.description[:90])
+            table.add_row(s.name, s.source, status, clip(s.description, 90))
         console().print(table)
     raise typer.Exit(0 if all(s.valid for s in skills) else 1)
 

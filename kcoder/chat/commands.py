@@ -283,7 +283,7 @@ class Commands:
         from kcoder.agent.skills import list_skills
 
         self.io.lines(((s.name, ("" if s.valid else "[invalid: " + "; ".join(s.problems) + "] ")
-                       + s.description[:100]) for s in list_skills()), width=30)
+                       + ui.clip(s.description, 100)) for s in list_skills()), width=30)
 
     def cmd_cost(self, arg: str) -> None:
         """Show tokens, model calls and cost so far."""
