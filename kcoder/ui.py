@@ -252,12 +252,13 @@ class Output:
         self.end_stream()
         self.console.print(*renderables)
 
-    def print_text(self, text: str, style: str = "") -> None:
-        """Print plain text (never parsed as rich markup: code and paths hold [brackets])."""
+    def print_text(self, text: str, style: str = "", *, one_line: bool = False) -> None:
+        """Print plain text (never parsed as rich markup: code and paths hold [brackets]);
+        `one_line`: never wrapped (a log keeps one line per step; cut it to fit a terminal)."""
         from rich.text import Text
 
         self.end_stream()
-        self.console.print(Text(text, style=style))
+        self.console.print(Text(text, style=style), soft_wrap=one_line)
 
     def say(self, text: str) -> None:
         self.print_text(text)

@@ -106,7 +106,7 @@ class RunView:
             if self.verbose:
                 self._before = self._files()
             line = describe_call(data["name"], data["arguments"], self.workspace)
-            out.print_text(ui.clip(f"→ {line}", self._width()), "cyan")
+            out.print_text(ui.clip(f"→ {line}", self._width()), "cyan", one_line=True)
         elif kind == "observation":
             self._observation(data)
             if self.verbose:
@@ -127,7 +127,7 @@ class RunView:
         if data.get("verdict") is not None or data["ok"]:
             return
         first = next((ln for ln in data["text"].splitlines() if ln.strip()), "failed")
-        self.out.print_text(ui.clip(f"  ✗ {first}", self._width()), "red")
+        self.out.print_text(ui.clip(f"  ✗ {first}", self._width()), "red", one_line=True)
 
     def _files(self) -> dict[str, str]:
         """Text files the agent may change (the workspace minus kcoder's own records)."""

@@ -48,7 +48,7 @@ def evaluator_with_status(out: ui.Output, evaluate: Evaluator | None, run_option
             verdict = inner(problem, candidate, replace(options, on_stage=update))
         short = label.replace(STAGES[options.stop_after] + ": ", "")  # the line says what passed
         line, ok = ui.verdict_line(verdict, short, time.monotonic() - started, options.stop_after)
-        out.print_text("  " + ui.clip(line, result_width(out) - 2), "green" if ok else "red")
+        out.print_text("  " + ui.clip(line, result_width(out) - 2), "green" if ok else "red", one_line=True)
         return verdict
 
     return run
