@@ -126,6 +126,9 @@ def test_commit_refuses_a_candidate_that_fails_the_plain_build(scripted, problem
     run = drive(problem, enter("write it", "/eval", "/accept", "/commit", "/quit"), tmp_path,
                 server=server, evaluator=fake)
     assert "CORRECT" in run.output and "accepted model_new.py" in run.output
+    assert ("checking that candidates/model_new_0001.py builds and verifies as plain load_inline builds it: "
+            "every evaluation so far used kcoder's faster build") in run.output  # /commit says what and why
+    assert "plain load_inline build check: model_new_0001.py" in run.output  # ... and its verdict line
     assert "not committed: built as plain load_inline builds it, the accepted candidate fails" in run.output
     assert "compilation failed" in run.output and len(fake.plain) == 1
     assert "git repository" not in run.output  # refused before git was looked at
