@@ -106,6 +106,8 @@ PROFILE = _option("profile", Annotated[str | None, typer.Option(
 TOOL_CALL = _option("tool_call", Annotated[ToolCallMode | None, typer.Option(
     help="native, text or auto tool calling.")])
 SANDBOX = _option("sandbox", SandboxOpt, "auto")
+VERBOSE = _option("verbose", Annotated[bool, typer.Option(
+    "--verbose", help="Show whole files and diffs after each tool call (default: one line per call).")], False)
 COMMIT = _option("commit", Annotated[bool, typer.Option(
     "--commit", help="Commit the best verified kernel to branch kcoder/<problem>.")], False)
 
@@ -134,7 +136,7 @@ def eval_command(
                          budget=budget, plain_build=plain_build, sandbox=sandbox)
     try:
         settings.validate()
-        verdict = evaluate(problem, candidate, settings.eval_options())
+        verdict = _evaluate_with_status(evaluate, problem, candidate, settings.eval_options(), quiet=as_json)
     except (ProblemError, ValueError) as exc:
         _bad_input(str(exc), as_json)
         return
@@ -152,11 +154,24 @@ def eval_command(
     raise typer.Exit(0 if verdict.correct else 1)
 
 
+def _evaluate_with_status(evaluate: Callable[..., Any], problem: Path, candidate: Path, options: Any,
+                          quiet: bool) -> Any:
+    """The evaluation under a live status on stderr when that is a terminal (not with --json)."""
+    if quiet or not sys.stderr.isatty():
+        return evaluate(problem, candidate, options)
+    from dataclasses import replace
+
+    from kcoder.ui import console, live_status
+
+    with live_status(console(stderr=True), f"evaluating {candidate.name}", announce=False) as update:
+        return evaluate(problem, candidate, replace(options, on_stage=update))
+
+
 @app.command("optimize")
 @with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
-    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT)
+    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE)
 def optimize_command(problem: ProblemArg, **options: Any) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
     from kcoder.agent.optimize import optimize
@@ -178,12 +193,12 @@ def skills_command(as_json: bool = typer.Option(False, "--json", help="Print JSO
     else:
         from rich.table import Table
 
-        from kcoder.ui import console
+        from kcoder.ui import clip, console
 
         table = Table("name", "source", "status", "description")
         for s in skills:
             status = "[green]ok[/]" if s.valid else "[red]invalid: " + "; ".join(s.problems) + "[/]"
-            table.add_row(s.name, s.source, status, s.description[:90])
+            table.add_row(s.name, s.source, status, clip(s.description, 90))
         console().print(table)
     raise typer.Exit(0 if all(s.valid for s in skills) else 1)
 
@@ -264,7 +279,7 @@ def profile_command(
     help="Speed-up over torch.compile that counts as reaching the target.")], DEFAULT_TARGET),
     _option("max_turns", Annotated[int, typer.Option(
         help="Model turns per message before the model must hand back.")], 30),
-    MAX_COST, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX)
+    MAX_COST, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, VERBOSE)
 def chat_command(problem: ProblemArg, **options: Any) -> None:
     """Refine kernels for PROBLEM in conversation; /help lists the slash commands (/eval, /commit ...)."""
     from kcoder.chat.repl import run_chat
@@ -274,11 +289,19 @@ def chat_command(problem: ProblemArg, **options: Any) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. SIGTERM/SIGHUP end kcoder as Ctrl-C does (kcoder.shutdown):
+    every evaluation's processes are killed, and the exit status is 128 + the signal."""
+    from kcoder import shutdown
+
+    shutdown.install()
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(shutdown.exit_code() or 130)
+    except SystemExit:
+        if shutdown.exit_code():  # click turned the interrupt into "Aborted!" and exit 1
+            sys.exit(shutdown.exit_code())
+        raise
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kcoder.redact import redact, redact_data
+from kcoder.relpaths import relative_paths
 
 if TYPE_CHECKING:
     import git
@@ -248,7 +249,9 @@ def commit_accepted(
 
     old = _rev(repo, ref)
     parent = old or _rev(repo, "HEAD")  # None: unborn HEAD, so a root commit
-    report = redact_data(report)  # what leaves the machine never carries a secret's value
+    # What leaves the machine never carries a secret's value, nor a local absolute path.
+    report = relative_paths(redact_data(report), _root(repo))
+    report_md = None if report_md is None else relative_paths(report_md, _root(repo))
     message = build_message(stem, report, model_rel)
     with tempfile.TemporaryDirectory(prefix="kcoder-git-") as tmp:
         t = Path(tmp)

@@ -65,6 +65,7 @@ class Settings:
     runs_dir: Path | None = None
     resume: Path | None = None
     commit: bool = False  # optimize: commit the best verified kernel afterwards
+    verbose: bool = False  # optimize, chat: show whole files and diffs after each tool call
     # Evaluator knobs without an option (rounds, warm-up, time limits); tests and embedders.
     eval_base: EvalOptions | None = None
 

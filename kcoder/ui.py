@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kcoder.streamfilter import ToolBlockFilter
 from kcoder.verdict import Verdict
 
 
@@ -23,6 +24,32 @@ def console(stderr: bool = False) -> Any:
 
 
 _new_console = console  # for Output, whose `console` argument hides the function
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` on one line of at most `limit` characters; a cut line ends with an ellipsis."""
+    text = " ".join(text.split("\n")) if "\n" in text else text
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def verdict_line(v: Verdict, label: str, seconds: float, stop_after: str) -> tuple[str, bool]:
+    """A verdict in one line (and whether it passed `stop_after`, the stage asked for), after a
+    live status: "✓ model_new_0002.py: correct on 5 input sets · 14.2 s, cached build"."""
+    from kcoder.evaluate.progress import build_note
+
+    passed = v.compiled if stop_after == "build" else v.correct
+    if v.correct and v.candidate_us is not None:
+        per_call = f"{v.candidate_us / 1000:,.2f} ms" if v.candidate_us >= 1000 else f"{v.candidate_us:,.1f} us"
+        what = (f"{v.speedup_vs_eager or 0:.2f}x vs eager, {v.speedup_vs_compile or 0:.2f}x vs torch.compile "
+                f"({per_call}, reward {v.reward})")
+    elif v.correct:
+        what = f"correct on {v.n_input_sets} input sets" if v.n_input_sets else v.reason
+    elif passed:
+        what = "built"
+    else:
+        what = f"{'evaluation error' if v.status == 'error' else 'failed'} at {v.stage}: {v.reason}"
+    note = build_note(v.notes)
+    return f"{'✓' if passed else '✗'} {label}: {what} · {seconds:.1f} s" + (f", {note}" if note else ""), passed
 
 
 def _us(value: float | None, spread: float | None = None) -> str:
@@ -190,21 +217,25 @@ class MarkdownStream:
 
 
 @contextmanager
-def live_status(console: Any, label: str) -> Iterator[None]:
-    """A spinner line with the elapsed time while a long step (build, verify, timing) runs;
-    on a non-terminal it prints `label` once instead."""
+def live_status(console: Any, label: str, *, announce: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner line with the elapsed time while a long step (build, verify, timing) runs; it
+    yields `update(stage)`, which shows the step's current stage after the label. On a
+    non-terminal (logs, pipes) stages are not shown: `label` is printed once if `announce`."""
     from rich.text import Text
 
     if not console.is_terminal:
-        console.print(Text(f"{label} …", style="dim"))
-        yield
+        if announce:
+            console.print(Text(f"{label} …", style="dim"))
+        yield lambda stage: None
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn("dots"), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        progress.add_task(label, total=None)
-        yield
+        task = progress.add_task(label, total=None)
+        # Cut to the width: a wrapped status line would leave its first half behind on redraw.
+        room = max(20, console.width - 12)
+        yield lambda stage: progress.update(task, description=clip(f"{label} · {stage}", room))
 
 
 class Output:
@@ -215,17 +246,19 @@ class Output:
     def __init__(self, console: Any = None) -> None:
         self.console = console or _new_console()
         self._stream: MarkdownStream | None = None
+        self._filter: ToolBlockFilter | None = None  # the model's tool-call blocks are not prose
 
     def print(self, *renderables: Any) -> None:
         self.end_stream()
         self.console.print(*renderables)
 
-    def print_text(self, text: str, style: str = "") -> None:
-        """Print plain text (never parsed as rich markup: code and paths hold [brackets])."""
+    def print_text(self, text: str, style: str = "", *, one_line: bool = False) -> None:
+        """Print plain text (never parsed as rich markup: code and paths hold [brackets]);
+        `one_line`: never wrapped (a log keeps one line per step; cut it to fit a terminal)."""
         from rich.text import Text
 
         self.end_stream()
-        self.console.print(Text(text, style=style))
+        self.console.print(Text(text, style=style), soft_wrap=one_line)
 
     def say(self, text: str) -> None:
         self.print_text(text)
@@ -254,20 +287,30 @@ class Output:
             self.console.print(Text.assemble((f"{name:<{width}}", "bold cyan"), " ", text))
 
     def assistant_text(self, chunk: str) -> None:
-        """One streamed piece of the model's reply (rendered as Markdown)."""
+        """One streamed piece of the model's reply (rendered as Markdown); text tool-call
+        blocks are left out (streamfilter.py)."""
+        if self._filter is None:
+            self._filter = ToolBlockFilter(self._markdown)
+        self._filter.write(chunk)
+
+    def _markdown(self, text: str) -> None:
         if self._stream is None:
             self._stream = MarkdownStream(self.console)
-        self._stream.write(chunk)
+        self._stream.write(text)
 
     def end_stream(self) -> None:
         """Finish the model's streamed reply, if one is open."""
+        text_filter, self._filter = self._filter, None
+        if text_filter is not None:
+            text_filter.close()
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
 
     @contextmanager
-    def status(self, label: str) -> Iterator[None]:
-        """A live status line with elapsed time (build, verify, timing take tens of seconds)."""
+    def status(self, label: str, *, announce: bool = True) -> Iterator[Callable[[str], None]]:
+        """A live status line with elapsed time (build, verify, timing take tens of seconds);
+        yields `update(stage)` (see live_status)."""
         self.end_stream()
-        with live_status(self.console, label):
-            yield
+        with live_status(self.console, label, announce=announce) as update:
+            yield update

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcoder.gitexclude import exclude_from_git
 from kcoder.paths import runs_root
 from kcoder.redact import redact, redact_data
+from kcoder.relpaths import relative_paths, repo_top
 from kcoder.verdict import Verdict
 
 REFERENCE = "model.py"
@@ -68,6 +70,8 @@ class Workspace:
             n += 1
             root = base / f"{problem_path.stem}-{stamp}-{n}"
         root.mkdir(parents=True)
+        if runs_dir is None:  # kcoder's own .kcoder/runs: keep it out of the user's git status
+            exclude_from_git(base)
         ws = cls(root.resolve())
         ref = ws.root / REFERENCE
         ref.write_text(source, encoding="utf-8")
@@ -201,7 +205,10 @@ class Workspace:
 
     # --- report -----------------------------------------------------------------------------
     def write_report(self, report: dict[str, Any]) -> None:
-        """Write report.json and a human-readable report.md."""
+        """Write report.json and a human-readable report.md, with paths relative to the
+        repository holding the problem (else to the problem's folder): reports get shared."""
+        problem = self.problem_path()
+        report = relative_paths(report, repo_top(problem.parent) or problem.parent)
         self._write_json("report.json", report)
         (self.root / "report.md").write_text(redact(render_report_md(report)), encoding="utf-8")
 

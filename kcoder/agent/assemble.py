@@ -14,6 +14,7 @@ from kcoder.agent.llm import LLM, missing_key_message
 from kcoder.agent.loop import Agent, Limits
 from kcoder.agent.profiles import Profile, concrete_tool_call_mode, resolve_profile
 from kcoder.agent.skills import SkillCatalog
+from kcoder.agent.status import evaluator_with_status, profiler_with_status
 from kcoder.agent.toolbox import Evaluator, Profiler, Toolbox, ToolContext
 from kcoder.settings import Settings
 from kcoder.workspace import Workspace
@@ -36,20 +37,23 @@ def resolve_model(settings: Settings) -> tuple[Profile, str]:
 def build_agent(settings: Settings, workspace: Workspace, out: ui.Output, *, mode: Mode = "optimize",
                 evaluate: Evaluator | None = None, profiler: Profiler | None = None) -> Agent:
     """An agent for `settings` working in `workspace`, printing on `out`. `evaluate` and
-    `profiler` replace kcoder's judge and profiler (tests; chat's live status line). Raises
-    ValueError like `resolve_model`."""
+    `profiler` replace kcoder's judge and profiler (tests). Raises ValueError like
+    `resolve_model`."""
     profile, tool_mode = resolve_model(settings)
     llm = LLM(model=settings.model or "", api_base=settings.api_base, tool_mode=tool_mode,
               temperature=profile.temperature, max_output_tokens=profile.max_output_tokens,
               stream=settings.stream, on_text=out.assistant_text, on_notice=out.warn)
-    ctx = ToolContext(workspace=workspace, options=settings.eval_options(), skills=SkillCatalog.discover(),
-                      evaluate=evaluate, extra={"profile": profiler} if profiler else {})
+    options = settings.eval_options()
+    # Every evaluation and profile shows a live status and a one-line result (agent/status.py).
+    ctx = ToolContext(workspace=workspace, options=options, skills=SkillCatalog.discover(),
+                      evaluate=evaluator_with_status(out, evaluate, options),
+                      extra={"profile": profiler_with_status(out, profiler)})
     toolbox = Toolbox(profile.tools)
     limits = Limits(target=settings.target, keep_going=settings.keep_going, max_turns=settings.max_turns,
                     max_cost=settings.max_cost, max_time=settings.max_time)
     # What is left of the context window after the reply and a margin for the estimate.
     budget = max(8_000, profile.context_window - profile.max_output_tokens - 2_000)
-    view = RunView(out, workspace=workspace if mode == "chat" else None, turn_rules=mode == "optimize")
+    view = RunView(out, workspace=workspace, turn_rules=mode == "optimize", verbose=settings.verbose)
     return Agent(llm, toolbox, ctx, limits, context_budget=budget, on_event=view,
                  system_prompt=system_prompt(settings, ctx, toolbox, tool_mode, mode),
                  meta=_meta(settings, profile, tool_mode, mode))

@@ -215,8 +215,8 @@ class Agent:
                 self._loop()
             except AgentStop as stop:
                 status, message = stop.status, str(stop)
-            except KeyboardInterrupt:
-                status, message = "interrupted", "stopped by the user (Ctrl-C)"
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (shutdown.Terminated)
+                status, message = "interrupted", str(exc) or "stopped by the user (Ctrl-C)"
             if status != "interrupted":
                 self.time_best()
                 self.check_plain_build()
@@ -290,7 +290,7 @@ class Agent:
                 best_before = self.best
                 stop = self.observe(call, obs)
                 self.on_event("observation", {"name": call.name, "ok": obs.ok, "text": obs.text,
-                                              "verdict": obs.verdict is not None})
+                                              "verdict": obs.verdict})
                 if self.best is not best_before:
                     self.on_event("best", {"verdict": self.best})
                 text = obs.text
@@ -361,6 +361,7 @@ class Agent:
         plain_build (then it is not committed and the run exits 1)."""
         if not self.best or not self.best_candidate or not self.ctx.options.fast_build:
             return
-        self.on_event("notice", {"text": "verifying the best candidate as plain load_inline builds it"})
+        self.on_event("notice", {"text": "checking the best candidate with a plain load_inline build: every turn "
+                                 "used kcoder's faster build, and what you take away must not depend on it"})
         self.best = check_plain_build(self.ctx, self.best_candidate, self.best)
         self.ws.save_best(self.best_candidate, self.best)

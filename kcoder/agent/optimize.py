@@ -64,7 +64,7 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
     ws.write_report(report)
     print_summary(out, report)
     code = 0 if result.best and plain_build_ok(result.best) else 1
-    if settings.commit and code == 0:
+    if settings.commit and code == 0 and result.status != "interrupted":  # stopped: commit nothing
         code = commit_best(ws, problem, settings.model, out)
     return code
 

@@ -32,7 +32,7 @@ class QuitChat(Exception):
 class Commands:
     """The slash commands of one chat session."""
 
-    path_args = ("diff", "eval", "bench", "profile", "save", "accept", "resume")  # Tab completes file paths
+    path_args = ("diff", "eval", "bench", "profile", "save", "accept", "resume", "show")  # Tab completes file paths
 
     def __init__(self, session: ChatSession, io: InputOutput) -> None:
         self.session, self.io = session, io
@@ -175,6 +175,17 @@ class Commands:
         files = [ws.reference, ws.best_dir / "model_new.py", *sorted((ws.root / "candidates").glob("*.py"))]
         return [ws.relative(p) for p in files if p.is_file()]
 
+    def cmd_show(self, arg: str) -> None:
+        """Show a file of the run in full (default the candidate, model_new.py): /show [FILE]"""
+        path, label = self._file(arg, self.session.ws.candidate)
+        if not path.is_file():
+            raise ChatError(f"{label} does not exist yet: ask the model to write it")
+        self.io.note(f"{label} ({self.session.ws.relative(path)})")
+        self.io.print(ui.code(path.read_text(encoding="utf-8", errors="replace"), path.name))
+
+    def completions_show(self, arg: str) -> list[str]:
+        return self.completions_diff(arg)
+
     def cmd_best(self, arg: str) -> None:
         """Show the best verified candidate: its verdict and its code."""
         best = self.session.agent.best
@@ -234,6 +245,10 @@ class Commands:
         only through kcoder's faster build path (checked once per accepted candidate)."""
         s = self.session
         accepted = s.accepted
+        if s.options.fast_build and accepted.verdict.plain_build != "verified":
+            self.io.note(f"checking that {s.ws.relative(accepted.path)} builds and verifies as plain load_inline "
+                         "builds it: every evaluation so far used kcoder's faster build, and what is committed "
+                         "must build anywhere without kcoder")
         accepted.verdict = check_plain_build(s.agent.ctx, accepted.path, accepted.verdict)
         if not plain_build_ok(accepted.verdict):
             raise ChatError(f"not committed: built as plain load_inline builds it, the accepted candidate "
@@ -268,7 +283,7 @@ class Commands:
         from kcoder.agent.skills import list_skills
 
         self.io.lines(((s.name, ("" if s.valid else "[invalid: " + "; ".join(s.problems) + "] ")
-                       + s.description[:100]) for s in list_skills()), width=30)
+                       + ui.clip(s.description, 100)) for s in list_skills()), width=30)
 
     def cmd_cost(self, arg: str) -> None:
         """Show tokens, model calls and cost so far."""

@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from kcoder import ui
 from kcoder.paths import kcoder_home
+from kcoder.shutdown import Terminated
 
 if TYPE_CHECKING:
     from prompt_toolkit.completion import Completer
@@ -82,7 +83,9 @@ class InputOutput(ui.Output):
         if self.interactive:
             try:
                 return self._prompt_session().prompt(PROMPT)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
+                if isinstance(exc, Terminated):  # SIGTERM/SIGHUP end the chat
+                    raise
                 return ""
         return self._read_lines()
 
@@ -91,7 +94,9 @@ class InputOutput(ui.Output):
         while True:
             try:
                 line = self.stdin.readline()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
+                if isinstance(exc, Terminated):
+                    raise
                 return ""
             if not line:
                 if parts:

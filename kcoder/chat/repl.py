@@ -14,6 +14,7 @@ from kcoder.chat.io import InputOutput
 from kcoder.chat.session import ChatError, ChatSession
 from kcoder.problem import ProblemError
 from kcoder.settings import Settings
+from kcoder.shutdown import Terminated
 from kcoder.workspace import WorkspaceError
 
 
@@ -78,7 +79,9 @@ def repl(session: ChatSession, commands: Commands, io: InputOutput) -> None:
             return
         except ChatError as exc:
             io.error(str(exc))
-        except KeyboardInterrupt:  # e.g. Ctrl-C during /bench: the worker is already killed
+        except KeyboardInterrupt as exc:  # e.g. Ctrl-C during /bench: the worker is already killed
+            if isinstance(exc, Terminated):
+                raise
             io.warn("cancelled (Ctrl-C)")
 
 

@@ -18,11 +18,11 @@ from kcoder.agent import prompts
 from kcoder.agent.assemble import build_agent, resolve_model
 from kcoder.agent.loop import Agent, AgentStop, FormatError, RunResult
 from kcoder.agent.report import build_report
-from kcoder.agent.toolbox import Evaluator, Profiler, judge_file, run_evaluator, run_profiler
+from kcoder.agent.toolbox import Evaluator, Profiler, judge_file
 from kcoder.chat.accepted import Accepted
 from kcoder.chat.io import InputOutput
-from kcoder.evaluate.options import EvalOptions
 from kcoder.settings import Settings
+from kcoder.shutdown import Terminated
 from kcoder.verdict import Verdict
 from kcoder.workspace import Workspace
 
@@ -31,8 +31,6 @@ CANCELLED = ("Cancelled: the user pressed Ctrl-C before this call finished (a ru
 
 NO_MODEL = ("no model, so only slash commands work: pick one with /model NAME (e.g. "
             "anthropic/claude-sonnet-4-5, or hosted_vllm/<served-name> with --api-base)")
-
-_STAGES = {"build": "build", "verify": "build → verify", "timing": "build → verify → timing"}
 
 
 class ChatError(Exception):
@@ -82,9 +80,9 @@ class ChatSession:
         return self.settings.runs_base(self.problem)
 
     def _new_agent(self, ws: Workspace, settings: Settings) -> Agent:
-        try:
-            return build_agent(settings, ws, self.io, mode="chat", evaluate=self.evaluate,
-                               profiler=self.profile_kernels)
+        try:  # build_agent puts both under a live status line
+            return build_agent(settings, ws, self.io, mode="chat", evaluate=self._evaluator,
+                               profiler=self._profiler)
         except ValueError as exc:
             raise ChatError(str(exc)) from exc
 
@@ -134,8 +132,10 @@ class ChatSession:
         except AgentStop as stop:
             self._stopped(stop)
             return stop.status
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self.cancel()
+            if isinstance(exc, Terminated):  # SIGTERM/SIGHUP: the chat ends, not just the turn
+                raise
             return "cancelled"
         finally:
             self.io.end_stream()
@@ -165,17 +165,9 @@ class ChatSession:
             io.warn(f"stopped: {stop}")
 
     # --- evaluation -------------------------------------------------------------------------
-    def evaluate(self, problem: Path, candidate: Path, options: EvalOptions) -> Verdict:
-        """The evaluator under a live status line (the agent's tools call this too)."""
-        evaluate = self._evaluator or run_evaluator
-        with self.io.status(f"{_STAGES[options.stop_after]}: {Path(candidate).name}"):
-            return evaluate(problem, candidate, options)
-
     def profile_kernels(self, problem: Path, candidate: Path, options: Any) -> Any:
-        """The profiler under a live status line; used by /profile and the agent's profile tool."""
-        profiler = self._profiler or run_profiler
-        with self.io.status(f"profiling (Nsight Compute): {Path(candidate).name}"):
-            return profiler(problem, candidate, options)
+        """The profiler under a live status line (/profile; the agent's profile tool too)."""
+        return self.agent.ctx.profiler()(problem, candidate, options)
 
     def judge(self, path: Path, stop_after: str, source: str) -> tuple[Verdict, bool]:
         """Evaluate `path` (snapshotted first) up to `stop_after`; record the verdict like the

@@ -40,14 +40,18 @@ class Limits:
 
 
 class Peer:
-    """The judge's end of one child process."""
+    """The judge's end of one child process. `notify` (optional) sees every request sent and
+    every message received, after validation: progress display only, never a decision."""
 
-    def __init__(self, proc: subprocess.Popen, limits: Limits, watch: Callable[[], str | None]) -> None:
+    def __init__(self, proc: subprocess.Popen, limits: Limits, watch: Callable[[], str | None],
+                 notify: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.proc, self.limits, self.watch = proc, limits, watch
+        self.notify = notify or (lambda message: None)
         self.buffer = b""
         self.phase = ""
 
     def send(self, **message: Any) -> None:
+        self.notify(message)
         stdin: BinaryIO = self.proc.stdin  # type: ignore[assignment]
         try:
             stdin.write(json.dumps(message).encode() + b"\n")
@@ -75,7 +79,9 @@ class Peer:
                     raise ChannelError("tampered", f"an unknown phase {str(message['phase'])[:40]!r}", self.phase)
                 self.phase = message["phase"]
                 deadline = time.monotonic() + self.limits.phases[self.phase]
+                self.notify(message)
                 continue
+            self.notify(message)
             return message
 
     def _line(self, deadline: float) -> bytes:

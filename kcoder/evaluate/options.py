@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 ALLOWABLE = ("gemm", "conv")
@@ -50,6 +51,9 @@ class EvalOptions:
     # Every audit_every-th timed round is followed by an untimed guarded audit call, and a
     # timed call's output is checked with probability 1/audit_every.
     audit_every: int = 4
+    # Told each stage as it starts ("verifying input set 2 of 5"), for a live status line
+    # (evaluate/progress.py). Stays in the judge's process: never part of to_dict().
+    on_stage: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     def validate(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -81,8 +85,10 @@ class EvalOptions:
         return replace(self, stop_after="verify", fast_build=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not asdict(): it would deep-copy on_stage (and whatever a bound method holds).
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), list) else v
+                for f in fields(self) if f.name != "on_stage"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvalOptions:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "on_stage"})

@@ -22,6 +22,7 @@ from kcoder.build import inline as build
 from kcoder.evaluate.channel import Link
 from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
+from kcoder.hostinfo import cpu_model, cuda_device
 
 
 class ProblemFault(Exception):
@@ -48,12 +49,10 @@ class ReferenceServer:
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise ProblemFault("--device cuda asked for, but torch sees no CUDA GPU here")
-            info["device_name"] = torch.cuda.get_device_name(0)
+            info["device_name"] = cuda_device(torch)
             info["device_memory_mb"] = torch.cuda.get_device_properties(0).total_memory / 2**20
         else:
-            import platform
-
-            info["device_name"] = platform.processor() or platform.machine() or "cpu"
+            info["device_name"] = cpu_model()
         self._load_problem()
         info.update(self._first_run())
         return info

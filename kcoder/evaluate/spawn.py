@@ -19,9 +19,11 @@ from pathlib import Path
 
 from kcoder.evaluate.channel import ChannelError, Limits, Peer
 from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.progress import StageReporter
 from kcoder.evaluate.sandbox import Box, bwrap_argv, kill_all, marked_pids, resident_bytes, scrubbed_env
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
+from kcoder.shutdown import shutting_down
 
 LOG_TAIL_BYTES = 16 * 1024
 WATCH_EVERY_S = 0.5
@@ -48,6 +50,7 @@ class Children:
         self.cand_proc: subprocess.Popen | None = None
         self.host_limit = options.host_memory_bytes()
         self.watched = 0.0
+        self.progress = StageReporter(options.on_stage)
 
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
@@ -83,12 +86,16 @@ class Children:
         env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
                    PYTHONDONTWRITEBYTECODE="1")
         env.pop("KCODER_EVAL_ID", None)
-        argv = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
+        # Under the reaper: if kcoder dies without cleaning up (SIGKILL), its parent-death
+        # signal still ends the reference process and whatever it started (compile workers).
+        argv = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m", "kcoder.evaluate.reference",
+                str(job)]
         self.ref_proc = self._popen(argv, env, "reference", self.work)
         opts = self.options
         limits = Limits({"import": opts.problem_timeout_s, "compile": opts.problem_timeout_s,
                          "init": opts.problem_timeout_s}, opts.problem_timeout_s)
-        return Peer(self.ref_proc, limits, lambda: None)
+        self.progress.reference_started()
+        return Peer(self.ref_proc, limits, lambda: None, notify=self.progress.reference_message)
 
     def start_candidate(self) -> Peer:
         self.stop_candidate()
@@ -106,7 +113,8 @@ class Children:
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
                          "init": opts.init_timeout_s}, opts.import_timeout_s)
-        return Peer(self.cand_proc, limits, self.watch_memory)
+        self.progress.candidate_started()
+        return Peer(self.cand_proc, limits, self.watch_memory, notify=self.progress.candidate_message)
 
     def watch_memory(self) -> str | None:
         """The host-memory limit, checked while the judge waits for the candidate (a scan of
@@ -139,7 +147,7 @@ class Children:
         `peer`, kcoder's own background build jobs in it may finish first."""
         if self.cand_proc is None:
             return
-        if peer is not None:
+        if peer is not None and not shutting_down():  # kcoder is ending: nothing waits
             try:
                 peer.request(BACKGROUND_BUILD_S + 5, op="finish", wait_s=BACKGROUND_BUILD_S)
             except ChannelError:

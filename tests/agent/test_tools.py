@@ -62,6 +62,22 @@ def test_symlink_cannot_escape(ws, box, ctx, tmp_path):
     assert not obs.ok and "s3cret" not in obs.text
 
 
+def test_list_files_does_not_follow_links_outside(ws, box, ctx, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("s" * 12345)
+    (outside / "inner.txt").write_text("x")
+    (ws.root / "link.txt").symlink_to(outside / "secret.txt")
+    (ws.root / "linkdir").symlink_to(outside, target_is_directory=True)
+    (ws.root / "alias.py").symlink_to(ws.root / "model.py")  # inside: listed, as read_file reads it
+    ws.candidate.write_text("x = 1\n")
+    text = run(box, ctx, "list_files", {}).text
+    assert "model_new.py  6 B" in text and "alias.py" in text
+    assert "link.txt" not in text and "12345" not in text and "inner.txt" not in text
+    assert not run(box, ctx, "read_file", {"path": "link.txt"}).ok  # the same confinement
+    assert not run(box, ctx, "list_files", {"path": "linkdir"}).ok
+
+
 def test_protected_run_files(box, ctx):
     for path in ["trajectory.jsonl", "best/model_new.py", "report.json", "candidates/x.py"]:
         obs = run(box, ctx, "write_file", {"path": path, "content": "x"})

@@ -20,8 +20,9 @@ class ChatRun:
 
 def drive(problem: Path, keys: str, tmp_path: Path, *, server: ScriptedLLMServer | None = None,
           evaluator: Any = None, profiler: Any = None, resume: Path | None = None, options: Any = None,
-          model: str | None = "openai/scripted") -> ChatRun:
-    """Run `kcoder chat` in-process with `keys` typed into prompt_toolkit (\\r = Enter)."""
+          model: str | None = "openai/scripted", **fields: Any) -> ChatRun:
+    """Run `kcoder chat` in-process with `keys` typed into prompt_toolkit (\\r = Enter);
+    `fields` override Settings fields (verbose, tool_call ...)."""
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
     from rich.console import Console
@@ -33,8 +34,8 @@ def drive(problem: Path, keys: str, tmp_path: Path, *, server: ScriptedLLMServer
     out = io.StringIO()
     settings = Settings.from_eval_options(
         options or fast_options(), model=model if server else None,
-        api_base=server.base_url if server else None, tool_call="native", max_turns=30,
-        runs_dir=tmp_path / "runs", resume=resume)
+        api_base=server.base_url if server else None, **{"tool_call": "native", "max_turns": 30,
+                                                         "runs_dir": tmp_path / "runs", "resume": resume, **fields})
     with create_pipe_input() as pipe:
         pipe.send_text(keys)
         pipe.close()  # what was sent is still read; then the prompt sees end of input (Ctrl-D)

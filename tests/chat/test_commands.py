@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from agent.fakes import FakeEvaluator
-from agent.llm_server import call, reply
+from agent.llm_server import call, reply, text_tool_reply
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
@@ -65,19 +65,37 @@ def test_keys_multiline_ctrl_c_ctrl_d_and_history(scripted, problem, tmp_path, k
     assert "+first line\n+second line" in history and "+next" in history
 
 
-def test_tool_calls_render_code_and_diffs(scripted, problem, tmp_path):
-    server = scripted([
+def test_tool_calls_are_one_line_each_files_only_on_request(scripted, problem, tmp_path):
+    script = [
         reply("Writing it.", call("write_file", path="model_new.py", content="x = 1\ny = 2\n")),
-        reply("", call("edit_file", path="model_new.py", old_string="y = 2", new_string="y = 3")),
+        reply("", call("edit_file", path="model_new.py", old_string="y = 2", new_string="y = 3\nz = 4")),
+        reply("", call("edit_file", path="model_new.py", old_string="nowhere", new_string="q")),
         reply("Done: **y** is now 3."),
-    ])
-    run = drive(problem, enter("change y", "/quit"), tmp_path, server=server,
+    ]
+    run = drive(problem, enter("change y", "/show", "/quit"), tmp_path, server=scripted(script),
                 evaluator=FakeEvaluator())
     out = run.output
-    assert "→ write_file path='model_new.py' content=<2 lines>" in out
-    assert "x = 1" in out  # the new file, highlighted
-    assert "-y = 2" in out and "+y = 3" in out  # the edit, as a diff
+    assert "→ write_file model_new.py (new file, 2 lines, 12 B)" in out
+    assert "→ edit_file model_new.py (+2 −1)" in out  # the diff stat, not the diff
+    assert "✗ Error calling edit_file: old_string not found in model_new.py" in out
     assert "Done: y is now 3." in out  # Markdown rendered (no ** left)
+    assert "-y = 2" not in out  # no diff unless asked for
+    assert out.count("x = 1") == 1 and "z = 4" in out  # once: /show printed the file
+    verbose = drive(problem, enter("change y", "/quit"), tmp_path, server=scripted(script),
+                    evaluator=FakeEvaluator(), verbose=True).output
+    assert "x = 1" in verbose and "-y = 2" in verbose and "+y = 3" in verbose  # --verbose: code, diffs
+
+
+def test_text_tool_blocks_are_not_echoed(scripted, problem, tmp_path):
+    content = "import torch\n" + "".join(f"# line {i}\n" for i in range(30))
+    server = scripted([text_tool_reply("I will write the kernel now.", "write_file", path="model_new.py",
+                                       content=content),
+                       reply("Written; `/eval` checks it.")])
+    out = drive(problem, enter("write it", "/quit"), tmp_path, server=server, evaluator=FakeEvaluator(),
+                tool_call="text").output
+    assert "I will write the kernel now." in out and "Written; /eval checks it." in out
+    assert "→ write_file model_new.py (new file, 31 lines" in out
+    assert '"name"' not in out and "```" not in out and "line 7" not in out  # neither the block nor the file
 
 
 def test_eval_accept_and_commit_outside_git(scripted, problem, tmp_path, monkeypatch):
@@ -108,6 +126,9 @@ def test_commit_refuses_a_candidate_that_fails_the_plain_build(scripted, problem
     run = drive(problem, enter("write it", "/eval", "/accept", "/commit", "/quit"), tmp_path,
                 server=server, evaluator=fake)
     assert "CORRECT" in run.output and "accepted model_new.py" in run.output
+    assert ("checking that candidates/model_new_0001.py builds and verifies as plain load_inline builds it: "
+            "every evaluation so far used kcoder's faster build") in run.output  # /commit says what and why
+    assert "plain load_inline build check: model_new_0001.py" in run.output  # ... and its verdict line
     assert "not committed: built as plain load_inline builds it, the accepted candidate fails" in run.output
     assert "compilation failed" in run.output and len(fake.plain) == 1
     assert "git repository" not in run.output  # refused before git was looked at

@@ -262,3 +262,85 @@ def test_list_accepted(tmp_path: Path) -> None:
 
 def test_list_accepted_without_kcoder_branches(tmp_path: Path) -> None:
     assert list_accepted(make_repo(tmp_path)) == []
+
+
+def test_run_directories_stay_out_of_git_status(tmp_path: Path) -> None:
+    from kcoder.workspace import Workspace
+
+    repo = make_repo(tmp_path)
+    (repo / "notes.txt").write_text("the user's own untracked file\n")
+    before = snapshot(repo)["status"]
+    problem = repo / "problems" / "softmax.py"
+    first = Workspace.create(problem)  # .kcoder/runs/ beside the problem
+    (first.root / "model_new.py").write_text("x = 1\n")
+    Workspace.create(problem)  # a second run adds no second line
+    assert first.root.is_relative_to(repo / "problems" / ".kcoder" / "runs")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == before
+    exclude = (repo / ".git" / "info" / "exclude").read_text()
+    assert exclude.count("/problems/.kcoder/runs/") == 1
+    assert not (repo / ".gitignore").exists() and git(repo, "diff") == ""  # no tracked file edited
+
+
+def test_run_directories_already_ignored_leave_exclude_alone(tmp_path: Path) -> None:
+    from kcoder.gitexclude import exclude_from_git
+
+    repo = make_repo(tmp_path)
+    (repo / ".gitignore").write_text(".kcoder/\n")
+    runs = repo / ".kcoder" / "runs"
+    runs.mkdir(parents=True)
+    exclude = repo / ".git" / "info" / "exclude"
+    before = exclude.read_text() if exclude.exists() else None
+    assert exclude_from_git(runs) is None
+    assert (exclude.read_text() if exclude.exists() else None) == before
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert exclude_from_git(outside) is None  # not in a repository: nothing to do
+
+
+def test_committed_reports_hold_relative_paths_and_the_device_name(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    run = repo / "problems" / ".kcoder" / "runs" / "softmax-1"
+    report = {**REPORT, "device_name": "AMD EPYC 7B13", "candidate": str(run / "candidates" / "m_0001.py"),
+              "problem": str(repo / "problems" / "softmax.py"),
+              "log": f"{Path.home()}/.cache/kcoder/build/x.cpp:3: error; see {repo}"}
+    res = commit_accepted(repo / "problems" / "softmax.py", candidate(tmp_path), report,
+                          report_md=f"- file: `{run / 'best' / 'model_new.py'}`\n", verdict_correct=True)
+    committed = git(repo, "show", f"{res.commit}:problems/kcoder/softmax/report.json")
+    md = git(repo, "show", f"{res.commit}:problems/kcoder/softmax/report.md")
+    assert str(tmp_path) not in committed + md + res.message
+    data = json.loads(committed)
+    assert data["candidate"] == "problems/.kcoder/runs/softmax-1/candidates/m_0001.py"
+    assert data["log"] == "~/.cache/kcoder/build/x.cpp:3: error; see ."
+    assert md == "- file: `problems/.kcoder/runs/softmax-1/best/model_new.py`\n"
+    assert res.message.splitlines()[0].endswith("(AMD EPYC 7B13)")
+
+
+def test_relative_paths_match_whole_components(tmp_path: Path) -> None:
+    from kcoder.relpaths import relative_paths
+
+    base = tmp_path / "proj"
+    text = f"{base}/a.py {base}x/b.py {base} '{base}/c'"
+    assert relative_paths({"k": [text]}, base) == {"k": [f"a.py {base}x/b.py . 'c'"]}
+
+
+def test_device_names(tmp_path: Path) -> None:
+    from kcoder.hostinfo import cpu_model, cuda_device
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC  7B13 64-Core\n")
+    assert cpu_model(info) == "AMD EPYC 7B13 64-Core"
+    assert cpu_model(tmp_path / "missing") != ""
+
+    class Cuda:
+        @staticmethod
+        def get_device_capability(index: int) -> tuple[int, int]:
+            return (9, 0)
+
+        @staticmethod
+        def get_device_name(index: int) -> str:
+            return "NVIDIA H200"
+
+    class Torch:
+        cuda = Cuda
+
+    assert cuda_device(Torch) == "NVIDIA H200, sm_90"
