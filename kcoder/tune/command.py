@@ -79,7 +79,7 @@ class Progress:
             self.status.update(line)
             tag = f"{p.time_us:.1f} us" if p.valid else f"{p.status}: {p.reason[:70]}"
             self.console.print(f"  {' '.join(f'{k}={v}' for k, v in p.config.items())}: {tag}"
-                               + (" (cached)" if p.cached else ""), markup=False, highlight=False)
+                               + (" (cached)" if p.cached else ""), markup=False, highlight=False, soft_wrap=True)
         elif kind == "final" and self.status is not None:
             self.status.update("best point: verifying it built as plain load_inline builds it ...")
 
@@ -130,7 +130,7 @@ def run_tune(problem: Path, candidate: Path, settings: Settings, topts: TuneOpti
         from kcoder.ui import console
 
         con = console()
-        con.print("\n".join(summary_lines(result)), markup=False)
-        con.print(markdown_table(result, limit=20), markup=False)
+        con.print("\n".join(summary_lines(result)), markup=False, soft_wrap=True)
+        con.print(markdown_table(result, limit=20), markup=False, soft_wrap=True)
         con.print(f"outputs in {folder}" + (f"; tuned file {tuned[-1]}" if tuned else ""), markup=False)
     return exit_code(result)

@@ -101,6 +101,14 @@ class TuneResult:
 
 
 Listener = Callable[[str, dict[str, Any]], None]
+Evaluator = Callable[[Path, Path, EvalOptions], Verdict]
+
+
+def judge(problem: Path, candidate: Path, options: EvalOptions) -> Verdict:
+    """kcoder's evaluator (imported on first use), unless the caller injects another."""
+    from kcoder.evaluate import evaluate
+
+    return evaluate(problem, candidate, options)
 
 
 def point_record(verdict: Verdict) -> dict[str, Any]:
@@ -121,8 +129,9 @@ class Search:
     """One tuning run's state: the loop, the budgets, the results."""
 
     def __init__(self, problem: Path, space: Space, options: EvalOptions, topts: TuneOptions,
-                 work_dir: Path, listen: Listener | None = None) -> None:
+                 work_dir: Path, listen: Listener | None = None, evaluator: Evaluator | None = None) -> None:
         self.problem, self.space, self.options, self.topts = problem, space, options, topts
+        self.evaluate = evaluator or judge
         self.work_dir, self.listen = work_dir, listen or (lambda kind, data: None)
         self.identity = device_identity(options.device)
         policy = {"precision": options.precision, "allow": sorted(options.allow), "fast_build": options.fast_build}
@@ -219,9 +228,7 @@ class Search:
 
     def prebuild(self, file: Path) -> tuple[Verdict, dict[str, Any]]:
         """Build a point ahead of its timing (and read its ptxas resources on cuda)."""
-        from kcoder.evaluate import evaluate
-
-        verdict = evaluate(self.problem, file, replace(self.options, stop_after="build"))
+        verdict = self.evaluate(self.problem, file, replace(self.options, stop_after="build"))
         resources: dict[str, Any] = {}
         if verdict.compiled and self.topts.resources and self.options.device == "cuda":
             from kcoder.tune.resources import point_resources
@@ -230,8 +237,6 @@ class Search:
         return verdict, resources
 
     def judge_point(self, config: Config, file: Path, fut: Future[Any] | None) -> None:
-        from kcoder.evaluate import evaluate
-
         started = time.monotonic()
         resources: dict[str, Any] = {}
         built = fut.result() if fut is not None else None
@@ -240,7 +245,8 @@ class Search:
         if built is not None and not built[0].compiled:
             verdict = built[0]  # a failed build is final: no point timing it
         else:
-            verdict = evaluate(self.problem, file, replace(self.options, stop_after="timing", compile_baseline=False))
+            verdict = self.evaluate(self.problem, file, replace(self.options, stop_after="timing",
+                                                                compile_baseline=False))
             if fut is None and verdict.compiled and self.topts.resources and self.options.device == "cuda":
                 from kcoder.tune.resources import point_resources
 
@@ -273,7 +279,7 @@ class Search:
 
 
 def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts: TuneOptions,
-         work_dir: Path, listen: Listener | None = None) -> TuneResult:
+         work_dir: Path, listen: Listener | None = None, evaluator: Evaluator | None = None) -> TuneResult:
     """Search `candidate`'s declared space against `problem`. Raises SpaceError (a ValueError)
     for a missing or malformed declaration and ProblemError for a bad problem file; the
     candidate file itself is only read."""
@@ -282,7 +288,7 @@ def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts
     options.validate()
     problem_path = load_problem(problem).path
     space = load_space(candidate)
-    search = Search(problem_path, space, options, topts, work_dir, listen)
+    search = Search(problem_path, space, options, topts, work_dir, listen, evaluator)
     search.run()
     result = TuneResult(str(problem_path), str(Path(candidate).resolve()), search.strategy.name,
                         space.params, space.constraints, search.points, search.best(),
@@ -299,8 +305,6 @@ def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts
 def final_check(search: Search, source: str) -> dict[str, Any]:
     """The best point verified and timed once more, built exactly as plain load_inline builds
     it (and against torch.compile when asked): what the tuned file is, judged alone."""
-    from kcoder.evaluate import evaluate
-
     key = config_key(load_space_text(source, search.space).current)
     cached = search.cache.final(key) if search.cache else None
     if cached is not None:
@@ -310,7 +314,7 @@ def final_check(search: Search, source: str) -> dict[str, Any]:
     search.listen("final", {})
     opts = replace(search.options, stop_after="timing", fast_build=False,
                    compile_baseline=search.topts.compare_compile)
-    v = evaluate(search.problem, path, opts)
+    v = search.evaluate(search.problem, path, opts)
     record = {"correct": v.correct, "status": v.status, "reason": v.reason, "reward": v.reward,
               "candidate_us": v.candidate_us, "eager_us": v.eager_us, "compile_us": v.compile_us,
               "speedup_vs_eager": v.speedup_vs_eager, "speedup_vs_compile": v.speedup_vs_compile,

@@ -130,6 +130,7 @@ def plot(result: TuneResult, imp: dict[str, float], path: Path) -> None:
 
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(1, 2 if imp else 1, figsize=(11 if imp else 7, 4), squeeze=False)
     ax = axes[0][0]
@@ -148,6 +149,7 @@ def plot(result: TuneResult, imp: dict[str, float], path: Path) -> None:
         ax.scatter([p.trial for p in bad], [floor * 0.95] * len(bad), marker="x", color="C3", label="invalid")
     ax.set(xlabel="trial", ylabel="candidate time (us)", title=f"{Path(result.candidate).name}: {result.strategy}")
     ax.legend(loc="best", fontsize=8)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     if imp:
         bar = axes[0][1]
         names = list(imp)[::-1]
