@@ -99,6 +99,8 @@ def make_strategy(name: str, space: Space, trials: int | None, seed: int = 0) ->
         if name == "tpe":
             sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                                  n_startup_trials=max(2, min(10, budget // 3)))
+        elif name == "random":  # a baseline for bench/tune.py, not offered on the command line
+            sampler = optuna.samplers.RandomSampler(seed=seed)
         elif name == "evolution":
             # a population a third of the budget: at least a few generations of selection
             sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(20, budget // 3)))
