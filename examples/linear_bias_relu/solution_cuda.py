@@ -291,7 +291,8 @@ cudaError_t launch_linear_bias_relu(const float* A, const float* B, const float*
   const int64_t t128 = (int64_t)((M + 127) / 128) * ((N + 127) / 128);
   const int64_t t12864 = (int64_t)((M + 127) / 128) * ((N + 63) / 64);
   if (TILE == 1 || (TILE == 0 && t128 >= sms)) launch_cfg<128, 128, 8, 8, 8, 1>(A, B, bias, C, M, N, K, vec, stream);
-  else if (TILE == 2 || (TILE == 0 && 4 * t12864 >= 3 * sms)) launch_cfg<128, 64, 8, 8, 8, 2>(A, B, bias, C, M, N, K, vec, stream);
+  else if (TILE == 2 || (TILE == 0 && 4 * t12864 >= 3 * sms))
+    launch_cfg<128, 64, 8, 8, 8, 2>(A, B, bias, C, M, N, K, vec, stream);
   else launch_cfg<64, 64, 16, 4, 4, 2>(A, B, bias, C, M, N, K, vec, stream);
   return cudaGetLastError();
 }

@@ -151,8 +151,8 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 }
 
 // Any shape / alignment: online pass for (max, sum), then one write pass.
-__global__ void __launch_bounds__(ONLINE_THREADS) softmax_online_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                             int64_t C) {
+__global__ void __launch_bounds__(ONLINE_THREADS) softmax_online_kernel(const float* __restrict__ x,
+                                                                        float* __restrict__ y, int64_t C) {
   __shared__ float red_m[32];
   __shared__ float red_s[32];
   const int64_t row = blockIdx.x;
