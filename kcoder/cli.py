@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 
@@ -165,6 +165,45 @@ def _evaluate_with_status(evaluate: Callable[..., Any], problem: Path, candidate
 
     with live_status(console(stderr=True), f"evaluating {candidate.name}", announce=False) as update:
         return evaluate(problem, candidate, replace(options, on_stage=update))
+
+
+TuneStrategy = Literal["auto", "exhaustive", "tpe", "evolution"]
+
+
+@app.command("tune")
+@with_options(
+    _option("strategy", Annotated[TuneStrategy, typer.Option(
+        help="exhaustive, tpe (model-based), evolution (genetic), or auto (exhaustive when the space "
+             "fits the budget).")], "auto"),
+    _option("trials", Annotated[int | None, typer.Option(help="Budget: points judged (default: all).")]),
+    _option("time_s", Annotated[float | None, typer.Option("--time", help="Budget: seconds.")]),
+    _option("out", Annotated[Path | None, typer.Option(
+        help="Also write the tuned file here (your candidate is replaced only if this names it).")]),
+    _option("out_dir", Annotated[Path | None, typer.Option(
+        help="Output folder (default: .kcoder/runs/tune-<candidate>-<stamp> beside the problem).")]),
+    DEVICE, ALLOW, PRECISION,
+    _option("budget", Annotated[float, typer.Option(
+        help="Seconds of measured time per point and implementation.")], 1.0),
+    _option("jobs", Annotated[int | None, typer.Option(
+        help="Points built ahead in parallel (default: a quarter of the host's cores).")]),
+    _option("no_cache", Annotated[bool, typer.Option(
+        "--no-cache", help="Judge every point again, ignoring stored results.")], False),
+    _option("no_compile", Annotated[bool, typer.Option(
+        "--no-compile", help="No torch.compile baseline in the best file's final check.")], False),
+    _option("seed", Annotated[int, typer.Option(help="Seed of the tpe and evolution samplers.")], 0),
+    SANDBOX, _option("as_json", JsonOpt, False))
+def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -> None:
+    """Search CANDIDATE's declared TUNE space against PROBLEM: every point built, verified and
+    timed by the judge; writes the tuned file, table.md/json and tune.png."""
+    from kcoder.problem import ProblemError
+    from kcoder.tune.command import tune_from_cli
+
+    try:
+        code = tune_from_cli(problem, candidate, options)
+    except (ProblemError, ValueError) as exc:
+        _bad_input(str(exc), options["as_json"])
+        return
+    raise typer.Exit(code)
 
 
 @app.command("optimize")

@@ -5,6 +5,8 @@ unchanged (same text -> same build directory -> one build per CI run). Each test
 function it needs: an honest kernel, a wrong one, one that crashes, one that hangs, ...
 """
 
+import uuid
+
 TESTLIB_CPP = r"""
 #include <torch/extension.h>
 #include <cstdlib>
@@ -488,3 +490,22 @@ class ModelNew(nn.Module):
     def forward(self, x, y):
 {body}
 '''
+
+
+# A tunable candidate (kcoder tune): TESTLIB_CPP's build, knobs that choose the kernel in Python.
+# The nonce (a comment) gives each call a fresh tuning-cache key; the build stays shared.
+_TUNE_HEADER = '''# tuning-cache nonce {nonce}
+TUNE = {{"KERNEL": ["relu", "no_relu"], "CHUNK": [1, 2, 4]}}
+CONFIG = {{"KERNEL": "no_relu", "CHUNK": 2}}
+TUNE_CONSTRAINTS = ["CHUNK <= 2"]
+'''
+_TUNE_FORWARD = '''kernel = _ext.scale_add_relu if CONFIG["KERNEL"] == "relu" else _ext.no_relu
+return kernel(x, y, self.scale * CONFIG["CHUNK"] / CONFIG["CHUNK"])'''
+
+
+def tunable_candidate() -> str:
+    """A candidate with a 6-point TUNE space: 2 points refused by a constraint, 2 wrong, 2 valid."""
+    return candidate_source(_TUNE_FORWARD, header=_TUNE_HEADER.format(nonce=uuid.uuid4().hex))
+
+
+tunable_candidate.__test__ = False  # type: ignore[attr-defined]

@@ -9,6 +9,12 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): OpenMP scheduling of the row loop (CHUNK 0: one equal block
+# per thread, as schedule(static) without a chunk).
+TUNE = {"CHUNK": [0, 1, 4, 16, 64], "DYNAMIC": [0, 1]}
+CONFIG = {"CHUNK": 0, "DYNAMIC": 0}
+TUNE_CONSTRAINTS = ["CHUNK > 0 or not DYNAMIC"]  # dynamic without a chunk is chunk 1
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <cstdint>
@@ -84,7 +90,13 @@ torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor 
   const float* bp = b.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t Cv = C - C % W;
+#if CHUNK > 0 && DYNAMIC
+  #pragma omp parallel for schedule(dynamic, CHUNK)
+#elif CHUNK > 0
+  #pragma omp parallel for schedule(static, CHUNK)
+#else
   #pragma omp parallel for schedule(static)
+#endif
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = xp + r * C;
     float* orow = op + r * C;
@@ -108,9 +120,20 @@ torch::Tensor elementwise_chain(torch::Tensor x, torch::Tensor w, torch::Tensor 
 }
 """
 
+
+def _with_config(source: str) -> str:
+    """CONFIG as #define lines after the source's leading #include block: what -D flags would
+    do, while the compile flags (and so kcoder's precompiled torch header) stay the same for
+    every tuning point. `kcoder tune` rewrites only the CONFIG line."""
+    lines = source.splitlines(keepends=True)
+    body = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#include"))
+    defines = "".join(f"#define {name} {int(value)}\n" for name, value in CONFIG.items())
+    return "".join(lines[:body]) + defines + "".join(lines[body:])
+
+
 _ext = load_inline(
     name="elementwise_chain_cpu",
-    cpp_sources=CPP_SOURCE,
+    cpp_sources=_with_config(CPP_SOURCE),
     functions=["elementwise_chain"],
     extra_cflags=["-O3", "-march=native", "-fopenmp"],
     extra_ldflags=["-fopenmp"],

@@ -13,6 +13,11 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): CONFIG reaches the CUDA unit as -D flags (the binding unit's
+# flags do not change, so every point reuses its object); tuning rewrites only the CONFIG line.
+TUNE = {"THREADS": [128, 256, 512, 1024], "BLOCKS_PER_SM": [4, 8, 16, 32, 64]}
+CONFIG = {"THREADS": 256, "BLOCKS_PER_SM": 32}
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
@@ -48,6 +53,13 @@ CUDA_SOURCE = r"""
 #include <cstdint>
 #include <algorithm>
 
+#ifndef THREADS
+#define THREADS 256
+#endif
+#ifndef BLOCKS_PER_SM
+#define BLOCKS_PER_SM 32
+#endif
+
 __device__ __forceinline__ float chain(float x, float w, float b) {
   const float z = x * w + b;
   const float g = 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
@@ -67,7 +79,7 @@ __device__ __forceinline__ float4 chain4(float4 x, float4 w, float4 b) {
 // Grid-stride over float4; two independent float4 per thread per step to keep more bytes in
 // flight. The column index is advanced incrementally (no division in the loop).
 template <typename IndexT>
-__global__ void __launch_bounds__(256) chain_vec4_kernel(const float4* __restrict__ x, const float4* __restrict__ w,
+__global__ void __launch_bounds__(THREADS) chain_vec4_kernel(const float4* __restrict__ x, const float4* __restrict__ w,
                                   const float4* __restrict__ b, float4* __restrict__ out,
                                   IndexT n4, IndexT c4) {
   const IndexT stride = (IndexT)gridDim.x * blockDim.x;
@@ -89,7 +101,7 @@ __global__ void __launch_bounds__(256) chain_vec4_kernel(const float4* __restric
 }
 
 template <typename IndexT>
-__global__ void __launch_bounds__(256) chain_scalar_kernel(const float* __restrict__ x, const float* __restrict__ w,
+__global__ void __launch_bounds__(THREADS) chain_scalar_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                     const float* __restrict__ b, float* __restrict__ out,
                                     IndexT n, IndexT c) {
   const IndexT stride = (IndexT)gridDim.x * blockDim.x;
@@ -108,8 +120,8 @@ cudaError_t launch_elementwise_chain(const float* xp, const float* wp, const flo
   cudaError_t err = cudaGetDevice(&dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (err != cudaSuccess) return err;
-  const int threads = 256;
-  const int64_t max_blocks = (int64_t)sms * 32;
+  const int threads = THREADS;
+  const int64_t max_blocks = (int64_t)sms * BLOCKS_PER_SM;
   const bool vec = (C % 4 == 0) && aligned16(xp) && aligned16(wp) && aligned16(bp) && aligned16(op);
   const bool small = n < (int64_t(1) << 31);
   if (vec) {
@@ -139,7 +151,7 @@ _ext = load_inline(
     cpp_sources=CPP_SOURCE,
     cuda_sources=CUDA_SOURCE,
     functions=["elementwise_chain"],
-    extra_cuda_cflags=["-O3"],
+    extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]],
     verbose=False,
 )
 

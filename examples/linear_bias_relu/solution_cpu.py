@@ -13,6 +13,10 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): micro-panels of A and of B per cache tile.
+TUNE = {"A_PANELS": [4, 8, 16], "B_PANELS": [2, 4, 8]}
+CONFIG = {"A_PANELS": 8, "B_PANELS": 4}
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <cstdint>
@@ -26,8 +30,8 @@ constexpr int VW = 8;
 constexpr int MR = 6;
 #endif
 constexpr int NR = 2 * VW;
-constexpr int MB = 8;   // micro-panels of A per tile
-constexpr int NB = 4;   // micro-panels of B per tile
+constexpr int MB = A_PANELS;  // micro-panels of A per tile
+constexpr int NB = B_PANELS;  // micro-panels of B per tile
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef float vf_u __attribute__((vector_size(VW * 4), aligned(4)));
@@ -155,9 +159,20 @@ torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor weight, torch::Ten
 }
 """
 
+
+def _with_config(source: str) -> str:
+    """CONFIG as #define lines after the source's leading #include block: what -D flags would
+    do, while the compile flags (and so kcoder's precompiled torch header) stay the same for
+    every tuning point. `kcoder tune` rewrites only the CONFIG line."""
+    lines = source.splitlines(keepends=True)
+    body = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#include"))
+    defines = "".join(f"#define {name} {int(value)}\n" for name, value in CONFIG.items())
+    return "".join(lines[:body]) + defines + "".join(lines[body:])
+
+
 _ext = load_inline(
     name="linear_bias_relu_cpu",
-    cpp_sources=CPP_SOURCE,
+    cpp_sources=_with_config(CPP_SOURCE),
     functions=["linear_bias_relu"],
     extra_cflags=["-O3", "-march=native", "-fopenmp"],
     extra_ldflags=["-fopenmp"],

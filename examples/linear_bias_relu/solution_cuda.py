@@ -25,6 +25,12 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): CONFIG reaches the CUDA unit as -D flags (the binding unit's
+# flags do not change, so every point reuses its object); tuning rewrites only the CONFIG line.
+# TILE 0: the heuristic below; 1: 128x128; 2: 128x64, two K groups; 3: 64x64, two K groups
+TUNE = {"TILE": [0, 1, 2, 3]}
+CONFIG = {"TILE": 0}
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
@@ -62,6 +68,9 @@ torch::Tensor linear_bias_relu(torch::Tensor x, torch::Tensor weight, torch::Ten
 """
 
 CUDA_SOURCE = r"""
+#ifndef TILE
+#define TILE 0
+#endif
 #include <cuda_runtime.h>
 #include <cstdint>
 
@@ -281,8 +290,9 @@ cudaError_t launch_linear_bias_relu(const float* A, const float* B, const float*
   const bool vec = (K % 4 == 0) && aligned16(A) && aligned16(B);
   const int64_t t128 = (int64_t)((M + 127) / 128) * ((N + 127) / 128);
   const int64_t t12864 = (int64_t)((M + 127) / 128) * ((N + 63) / 64);
-  if (t128 >= sms) launch_cfg<128, 128, 8, 8, 8, 1>(A, B, bias, C, M, N, K, vec, stream);
-  else if (4 * t12864 >= 3 * sms) launch_cfg<128, 64, 8, 8, 8, 2>(A, B, bias, C, M, N, K, vec, stream);
+  if (TILE == 1 || (TILE == 0 && t128 >= sms)) launch_cfg<128, 128, 8, 8, 8, 1>(A, B, bias, C, M, N, K, vec, stream);
+  else if (TILE == 2 || (TILE == 0 && 4 * t12864 >= 3 * sms))
+    launch_cfg<128, 64, 8, 8, 8, 2>(A, B, bias, C, M, N, K, vec, stream);
   else launch_cfg<64, 64, 16, 4, 4, 2>(A, B, bias, C, M, N, K, vec, stream);
   return cudaGetLastError();
 }
@@ -293,7 +303,7 @@ _ext = load_inline(
     cpp_sources=CPP_SOURCE,
     cuda_sources=CUDA_SOURCE,
     functions=["linear_bias_relu"],
-    extra_cuda_cflags=["-O3"],
+    extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]],
     verbose=False,
 )
 

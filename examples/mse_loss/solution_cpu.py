@@ -9,6 +9,10 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): elements per OpenMP work item and the schedule's chunk.
+TUNE = {"BLOCK_ELEMS": [1024, 2048, 4096, 8192, 16384], "CHUNK": [0, 1, 4]}
+CONFIG = {"BLOCK_ELEMS": 4096, "CHUNK": 0}
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <cstdint>
@@ -16,7 +20,7 @@ CPP_SOURCE = r"""
 typedef float vf __attribute__((vector_size(64)));
 typedef float vf_u __attribute__((vector_size(64), aligned(4)));
 constexpr int64_t W = 16;
-constexpr int64_t BLOCK = 4096;  // multiple of 4 * W
+constexpr int64_t BLOCK = BLOCK_ELEMS;  // multiple of 4 * W
 
 static inline double block_sum(const float* a, const float* b, int64_t n) {
   vf s0 = {}, s1 = {}, s2 = {}, s3 = {};
@@ -51,7 +55,11 @@ torch::Tensor mse_loss(torch::Tensor a, torch::Tensor b) {
   const float* bp = b.data_ptr<float>();
   const int64_t nblocks = (n + BLOCK - 1) / BLOCK;
   double total = 0.0;
+#if CHUNK > 0
+  #pragma omp parallel for schedule(static, CHUNK) reduction(+ : total)
+#else
   #pragma omp parallel for schedule(static) reduction(+ : total)
+#endif
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t start = blk * BLOCK;
     const int64_t len = (n - start) < BLOCK ? (n - start) : BLOCK;
@@ -64,9 +72,20 @@ torch::Tensor mse_loss(torch::Tensor a, torch::Tensor b) {
 }
 """
 
+
+def _with_config(source: str) -> str:
+    """CONFIG as #define lines after the source's leading #include block: what -D flags would
+    do, while the compile flags (and so kcoder's precompiled torch header) stay the same for
+    every tuning point. `kcoder tune` rewrites only the CONFIG line."""
+    lines = source.splitlines(keepends=True)
+    body = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#include"))
+    defines = "".join(f"#define {name} {int(value)}\n" for name, value in CONFIG.items())
+    return "".join(lines[:body]) + defines + "".join(lines[body:])
+
+
 _ext = load_inline(
     name="mse_loss_cpu",
-    cpp_sources=CPP_SOURCE,
+    cpp_sources=_with_config(CPP_SOURCE),
     functions=["mse_loss"],
     extra_cflags=["-O3", "-march=native", "-fopenmp"],
     extra_ldflags=["-fopenmp"],

@@ -13,6 +13,11 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): CONFIG reaches the CUDA unit as -D flags (the binding unit's
+# flags do not change, so every point reuses its object); tuning rewrites only the CONFIG line.
+TUNE = {"THREADS": [128, 256, 512, 1024], "BLOCKS_PER_SM": [2, 4, 8, 16, 32]}
+CONFIG = {"THREADS": 256, "BLOCKS_PER_SM": 8}
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
@@ -50,7 +55,12 @@ CUDA_SOURCE = r"""
 #include <cstdint>
 #include <algorithm>
 
-constexpr int THREADS = 256;
+#ifndef THREADS
+#define THREADS 256
+#endif
+#ifndef BLOCKS_PER_SM
+#define BLOCKS_PER_SM 8
+#endif
 
 __device__ __forceinline__ float sq4(float4 x, float4 y) {
   const float d0 = x.x - y.x, d1 = x.y - y.y, d2 = x.z - y.z, d3 = x.w - y.w;
@@ -135,7 +145,7 @@ cudaError_t mse_loss_partial_count(const float* ap, const float* bp, int64_t n, 
   if (err != cudaSuccess) return err;
   const bool vec = aligned16(ap) && aligned16(bp);
   const int64_t work = vec ? (n / 4 + 3) / 4 : n / 4;  // float4 (x4 unroll) per thread
-  int blocks = (int)std::min<int64_t>((work + THREADS - 1) / THREADS, (int64_t)sms * 8);
+  int blocks = (int)std::min<int64_t>((work + THREADS - 1) / THREADS, (int64_t)sms * BLOCKS_PER_SM);
   *count = std::max(blocks, 1);
   return cudaSuccess;
 }
@@ -158,7 +168,7 @@ _ext = load_inline(
     cpp_sources=CPP_SOURCE,
     cuda_sources=CUDA_SOURCE,
     functions=["mse_loss"],
-    extra_cuda_cflags=["-O3"],
+    extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]],
     verbose=False,
 )
 

@@ -18,6 +18,11 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+# Tuning space (`kcoder tune`): CONFIG reaches the CUDA unit as -D flags (the binding unit's
+# flags do not change, so every point reuses its object); tuning rewrites only the CONFIG line.
+TUNE = {"TARGET_VPT": [1, 2, 4, 8], "ONLINE_THREADS": [128, 256, 512]}
+CONFIG = {"TARGET_VPT": 4, "ONLINE_THREADS": 256}
+
 CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
@@ -46,6 +51,12 @@ torch::Tensor softmax_rows(torch::Tensor x) {
 """
 
 CUDA_SOURCE = r"""
+#ifndef TARGET_VPT
+#define TARGET_VPT 4
+#endif
+#ifndef ONLINE_THREADS
+#define ONLINE_THREADS 256
+#endif
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <cmath>
@@ -140,8 +151,8 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 }
 
 // Any shape / alignment: online pass for (max, sum), then one write pass.
-__global__ void __launch_bounds__(256) softmax_online_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                             int64_t C) {
+__global__ void __launch_bounds__(ONLINE_THREADS) softmax_online_kernel(const float* __restrict__ x,
+                                                                        float* __restrict__ y, int64_t C) {
   __shared__ float red_m[32];
   __shared__ float red_s[32];
   const int64_t row = blockIdx.x;
@@ -185,8 +196,8 @@ cudaError_t launch_softmax_rows(const float* xp, float* yp, int64_t R, int64_t C
   if (R == 0 || C == 0) return cudaSuccess;
   const int64_t c4 = C / 4;
   if (C % 4 == 0 && c4 <= 1024 * 8 && aligned16(xp) && aligned16(yp)) {
-    // about 4 float4 per thread, block size a multiple of 32 in [32, 1024]
-    int64_t threads = ((c4 + 3) / 4 + 31) / 32 * 32;
+    // about TARGET_VPT float4 per thread, block size a multiple of 32 in [32, 1024]
+    int64_t threads = ((c4 + TARGET_VPT - 1) / TARGET_VPT + 31) / 32 * 32;
     threads = std::max<int64_t>(32, std::min<int64_t>(1024, threads));
     const int64_t vpt = (c4 + threads - 1) / threads;
     const dim3 grid((unsigned)R), block((unsigned)threads);
@@ -195,7 +206,7 @@ cudaError_t launch_softmax_rows(const float* xp, float* yp, int64_t R, int64_t C
     else if (vpt <= 4) softmax_reg_kernel<4><<<grid, block, 0, stream>>>(xp, yp, C);
     else softmax_reg_kernel<8><<<grid, block, 0, stream>>>(xp, yp, C);
   } else {
-    softmax_online_kernel<<<(unsigned)R, 256, 0, stream>>>(xp, yp, C);
+    softmax_online_kernel<<<(unsigned)R, ONLINE_THREADS, 0, stream>>>(xp, yp, C);
   }
   return cudaGetLastError();
 }
@@ -206,7 +217,7 @@ _ext = load_inline(
     cpp_sources=CPP_SOURCE,
     cuda_sources=CUDA_SOURCE,
     functions=["softmax_rows"],
-    extra_cuda_cflags=["-O3"],
+    extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]],
     verbose=False,
 )
 
