@@ -55,13 +55,8 @@ class Children:
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
         disk-backed folder costs seconds per GiB on every check."""
-        exchange = self.box.exchange
-        try:
-            stats = os.statvfs(SHARED_MEMORY)
-            self.box.use_exchange = (exchange is not None and
-                                     stats.f_bavail * stats.f_frsize >= 2 * output_bytes + SHARED_MEMORY_SPARE)
-        except OSError:
-            self.box.use_exchange = False
+        self.box.use_exchange = (self.box.exchange is not None and
+                                 _shared_memory_free() >= 2 * output_bytes + SHARED_MEMORY_SPARE)
         return self.box.use_exchange
 
     def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
@@ -173,10 +168,19 @@ class Children:
             shutil.rmtree(self.box.exchange, ignore_errors=True)
 
 
-def _shared_memory_folder() -> Path | None:
+def _shared_memory_free() -> int:
+    """Free bytes in /dev/shm (0 when there is none)."""
     try:
-        if os.statvfs(SHARED_MEMORY).f_bavail * os.statvfs(SHARED_MEMORY).f_frsize < SHARED_MEMORY_SPARE:
-            return None
+        stats = os.statvfs(SHARED_MEMORY)
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize
+
+
+def _shared_memory_folder() -> Path | None:
+    if _shared_memory_free() < SHARED_MEMORY_SPARE:
+        return None
+    try:
         return Path(tempfile.mkdtemp(prefix="kcoder-outputs-", dir=SHARED_MEMORY))
     except OSError:
         return None
