@@ -191,6 +191,8 @@ TuneStrategy = Literal["auto", "exhaustive", "tpe", "evolution"]
     _option("no_compile", Annotated[bool, typer.Option(
         "--no-compile", help="No torch.compile baseline in the best file's final check.")], False),
     _option("seed", Annotated[int, typer.Option(help="Seed of the tpe and evolution samplers.")], 0),
+    _option("profile_top", Annotated[int, typer.Option(
+        help="cuda: Nsight Compute metrics for this many of the fastest points (0: none).")], 3),
     SANDBOX, _option("as_json", JsonOpt, False))
 def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -> None:
     """Search CANDIDATE's declared TUNE space against PROBLEM: every point built, verified and

@@ -80,6 +80,8 @@ class Progress:
             tag = f"{p.time_us:.1f} us" if p.valid else f"{p.status}: {p.reason[:70]}"
             self.console.print(f"  {' '.join(f'{k}={v}' for k, v in p.config.items())}: {tag}"
                                + (" (cached)" if p.cached else ""), markup=False, highlight=False, soft_wrap=True)
+        elif kind == "profile" and self.status is not None:
+            self.status.update(f"Nsight Compute metrics for the {data['top']} fastest point(s) ...")
         elif kind == "final" and self.status is not None:
             self.status.update("best point: verifying it built as plain load_inline builds it ...")
 
@@ -96,11 +98,13 @@ def tune_from_cli(problem: Path, candidate: Path, options: dict[str, Any]) -> in
         raise ValueError("--trials must be at least 1")
     if options["time_s"] is not None and options["time_s"] <= 0:
         raise ValueError("--time must be positive")
+    if options["profile_top"] < 0:
+        raise ValueError("--profile-top must be 0 or more")
     settings = Settings(device=options["device"] or default_device(), allow=parse_allow(options["allow"]),
                         precision=options["precision"], budget=options["budget"], sandbox=options["sandbox"])
     topts = TuneOptions(strategy=options["strategy"], trials=options["trials"], time_s=options["time_s"],
                         seed=options["seed"], jobs=options["jobs"], use_cache=not options["no_cache"],
-                        compare_compile=not options["no_compile"])
+                        compare_compile=not options["no_compile"], profile_top=options["profile_top"])
     return run_tune(problem, candidate, settings, topts, options["out"], options["out_dir"], options["as_json"])
 
 

@@ -43,6 +43,7 @@ class TuneOptions:
     plain_check: bool = True
     compare_compile: bool = True  # the plain check also times torch.compile
     resources: bool = True
+    profile_top: int = 3  # cuda: Nsight Compute metrics for this many of the fastest points (0: none)
 
     def build_jobs(self) -> int:
         cores = len(os.sched_getaffinity(0))
@@ -65,6 +66,7 @@ class PointResult:
     registers: int | None = None
     spills: int | None = None
     file: str = ""
+    ncu: dict[str, Any] | None = None  # Nsight Compute summary (tune/ncu.py): the fastest few only
 
     @property
     def valid(self) -> bool:
@@ -92,6 +94,7 @@ class TuneResult:
     stopped: str = ""
     seconds: float = 0.0
     evaluated: int = 0  # points judged in this run (cached ones excluded)
+    notes: list[str] = field(default_factory=list)  # what could not be measured, one line each
 
     @property
     def speedup_over_hand_picked(self) -> float | None:
@@ -279,7 +282,8 @@ class Search:
 
 
 def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts: TuneOptions,
-         work_dir: Path, listen: Listener | None = None, evaluator: Evaluator | None = None) -> TuneResult:
+         work_dir: Path, listen: Listener | None = None, evaluator: Evaluator | None = None,
+         profiler: Callable[[Path, Path], Any] | None = None) -> TuneResult:
     """Search `candidate`'s declared space against `problem`. Raises SpaceError (a ValueError)
     for a missing or malformed declaration and ProblemError for a bad problem file; the
     candidate file itself is only read."""
@@ -294,6 +298,11 @@ def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts
                         space.params, space.constraints, search.points, search.best(),
                         search.known.get(config_key(space.current)), identity=search.identity,
                         stopped=search.stopped or "done", evaluated=search.evaluated)
+    if result.best is not None and options.device == "cuda" and topts.profile_top > 0:
+        from kcoder.tune.ncu import profile_best
+
+        search.listen("profile", {"top": topts.profile_top})
+        profile_best(result, work_dir, topts.profile_top, profiler)  # after the search: no timing overlaps
     if result.best is not None:
         result.best_source = space.rewrite(result.best.config)
         if topts.plain_check:

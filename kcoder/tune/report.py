@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.tune.engine import PointResult, TuneResult
+from kcoder.tune.ncu import NCU_HEAD, table_cells
 
 MIN_IMPORTANCE_TRIALS = 4  # fewer valid points say nothing about which knob matters
 
@@ -42,6 +43,7 @@ def summary_lines(result: TuneResult) -> list[str]:
                  + (f"; hand-picked {_cfg(hand.config)} at {_us(hand.time_us)} us "
                     f"({result.speedup_over_hand_picked:.2f}x)" if hand and hand.valid else
                     f"; hand-picked config {hand.status}: {hand.reason}" if hand else ""))
+    lines += result.notes
     final = result.final
     if final:
         vs = final.get("speedup_vs_compile")
@@ -58,8 +60,10 @@ def markdown_table(result: TuneResult, limit: int | None = None) -> str:
     """The points as a markdown table, fastest first; `limit` keeps the top rows (the rest are
     counted) so the agent's observation stays short."""
     resources = any(p.registers is not None for p in result.points)
+    profiled = any(p.ncu for p in result.points)
     head = ["#", "config", "status", "time us", "iqr us", "vs eager", "vs best"]
     head += ["regs", "spill B"] if resources else []
+    head += NCU_HEAD if profiled else []
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     best = result.best.time_us if result.best else None
     points = ranked(result.points)
@@ -71,6 +75,7 @@ def markdown_table(result: TuneResult, limit: int | None = None) -> str:
                _us(p.time_us), _us(p.iqr_us), f"{p.speedup_vs_eager:.2f}x" if p.speedup_vs_eager else "-", rel]
         row += [str(p.registers if p.registers is not None else "-"), str(p.spills if p.spills is not None else "-")] \
             if resources else []
+        row += table_cells(p) if profiled else []
         rows.append("| " + " | ".join(r.replace("|", "/") for r in row) + " |")
     if len(shown) < len(points):
         rows.append(f"({len(points) - len(shown)} more points in table.md)")

@@ -22,6 +22,7 @@ from kcoder.workspace import CANDIDATE
 DEFAULT_TRIALS = 24
 DEFAULT_TIME_S = 900.0
 TABLE_ROWS = 12
+PROFILED_POINTS = 2  # ncu replays each kernel many times: the two fastest points say enough per call
 
 
 def tune_in_workspace(ctx: ToolContext, args: dict[str, Any]) -> Observation:
@@ -37,7 +38,8 @@ def tune_in_workspace(ctx: ToolContext, args: dict[str, Any]) -> Observation:
     if trials < 1:
         raise ToolError("trials must be at least 1")
     topts = TuneOptions(strategy=args.get("strategy") or "auto", trials=trials,
-                        time_s=float(args.get("time_s") or DEFAULT_TIME_S), plain_check=False)
+                        time_s=float(args.get("time_s") or DEFAULT_TIME_S), plain_check=False,
+                        profile_top=PROFILED_POINTS)
     if topts.strategy not in ("auto", "exhaustive", "tpe", "evolution"):
         raise ToolError("strategy must be auto, exhaustive, tpe or evolution")
     folder = _folder(ctx, target)

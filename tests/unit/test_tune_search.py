@@ -13,7 +13,7 @@ from helpers import PROBLEMS, run_kcoder
 
 from kcoder.evaluate.options import EvalOptions
 from kcoder.tune.engine import TuneOptions, tune
-from kcoder.tune.report import importance, markdown_table, write_outputs
+from kcoder.tune.report import importance, markdown_table, summary_lines, write_outputs
 from kcoder.tune.space import load_space
 from kcoder.tune.strategies import auto_choice
 from kcoder.verdict import Verdict
@@ -153,3 +153,57 @@ def test_cli_refuses_a_candidate_without_a_space(tmp_path):
     assert proc.returncode == 2
     assert json.loads(proc.stdout)["error"].startswith(f"{plain}: declares no TUNE space")
     assert plain.read_text() == "import torch\nCONFIG = {'A': 1}\n"
+
+
+def _fixture_kernels(name: str):
+    from kcoder.profile.ncu_parse import parse_ncu
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "ncu"
+    return parse_ncu((fix / f"h200_{name}_raw.csv").read_text(), (fix / f"h200_{name}_details.csv").read_text())
+
+
+def test_nsight_metrics_for_the_fastest_points(candidate, tmp_path):
+    """On cuda the fastest points are profiled after the search (real ncu pages from the H200
+    stand in for ncu here); the table shows occupancy, DRAM, SM and the top stall."""
+    from types import SimpleNamespace
+
+    from kcoder.tune.ncu import summarise
+
+    candidate.write_text(CANDIDATE.replace("[32, 64, 128, 256, 512, 1024]", "[128, 256]"))
+    profiled: list[Path] = []
+
+    def profiler(problem: Path, file: Path):
+        profiled.append(file)
+        return SimpleNamespace(mode="ncu", kernels=_fixture_kernels("mse_loss"), messages=[], error=None)
+
+    judge = FakeJudge()
+    result = tune(PROBLEM, candidate, EvalOptions(device="cuda"),
+                  TuneOptions(strategy="exhaustive", jobs=1, resources=False, plain_check=False, profile_top=2),
+                  tmp_path / "out", evaluator=judge, profiler=profiler)
+    fastest = sorted((p for p in result.points if p.valid), key=lambda p: p.time_us)
+    assert [load_space(f).current for f in profiled] == [p.config for p in fastest[:2]]
+    # two kernels (33.4 us and 2.8 us): weighted by duration, the long kernel dominates
+    m = fastest[0].ncu
+    assert m["kernels"] == 2 and 62 < m["occupancy_pct"] < 65.24 and m["top_stall"] == "long_scoreboard"
+    assert m == summarise(_fixture_kernels("mse_loss")) and all(p.ncu is None for p in fastest[2:])
+    table = markdown_table(result)
+    assert "occ %" in table.splitlines()[0] and "long_scoreboard" in table.splitlines()[2]
+
+
+def test_no_ncu_is_one_note_not_a_failure(candidate, tmp_path):
+    from types import SimpleNamespace
+
+    candidate.write_text(CANDIDATE.replace("[32, 64, 128, 256, 512, 1024]", "[128]"))
+    calls = []
+
+    def profiler(problem: Path, file: Path):
+        calls.append(file)
+        return SimpleNamespace(mode="timeline", kernels=[], error=None,
+                               messages=["ncu not found (set --ncu or KCODER_NCU); using torch.profiler"])
+
+    result = tune(PROBLEM, candidate, EvalOptions(device="cuda"),
+                  TuneOptions(strategy="exhaustive", jobs=1, resources=False, plain_check=False),
+                  tmp_path / "out", evaluator=FakeJudge(), profiler=profiler)
+    assert len(calls) == 1 and result.best is not None and all(p.ncu is None for p in result.points)
+    assert result.notes == ["no Nsight Compute metrics: ncu not found (set --ncu or KCODER_NCU); using torch.profiler"]
+    assert "occ %" not in markdown_table(result) and result.notes[0] in summary_lines(result)
