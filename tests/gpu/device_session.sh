@@ -7,6 +7,7 @@
 #         kcoder profile of every example with its Nsight Compute pages kept as fixtures.
 # bench:  bench/turnaround.py (builds of its own, in fresh caches) and bench/spread.py.
 # profile_tests: tests/gpu/test_profile_gpu.py (~4-5 min on a fresh machine: its builds are cold).
+# tune:   bench/tune.py --device cuda (TUNE_S, TUNE_ARGS).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -95,6 +96,17 @@ cost() {
   done
   wait
   timeout "${COST_S:-450}" python3 bench/evalcost.py --before .baseline --device cuda --repeat 1 ${COST_ARGS:-} 2>&1 | tee "$out/evalcost.log"
+}
+
+# tune: issue 18's figures: every example's space exhaustively, the guided strategies replayed
+#       with a quarter of its budget, the tuned files against torch.compile (bench/tune.py).
+tune() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  for d in examples/*/; do
+    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json >/dev/null &
+  done
+  wait
+  timeout "${TUNE_S:-540}" python3 bench/tune.py --device cuda ${TUNE_ARGS:-} 2>&1 | tee "$out/tune.log"
 }
 
 profile_tests() {
