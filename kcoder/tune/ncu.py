@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the engine calls in here after its search: no import back at run time
-    from kcoder.tune.engine import PointResult, TuneResult
+# The engine calls in here after its search, so its PointResult/TuneResult are duck-typed here
+# (`Any`): importing them back, even for type checking, would be an import cycle.
+PointResult = TuneResult = Any
 
 DEFAULT_TOP = 3
 Profiler = Callable[[Path, Path], Any]  # (problem, candidate) -> profile.profiler.ProfileReport
