@@ -64,6 +64,7 @@ async def run_job(argv: Sequence[str], cwd: Path, on_line: LineHandler, grace_s:
     env = child_env(env)
     env.pop("KCODER_MODEL", None)  # the built-in policy: never a model picked up from the environment
     env["NO_COLOR"] = "1"  # plain lines, no escape codes, in the notifications
+    env["COLUMNS"] = "200"  # rich wraps at 80 columns without a terminal: one notification per line
     result = JobResult(rc=None)
     process = await anyio.open_process(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
