@@ -139,6 +139,48 @@ def test_job_runner_returns_exit_status_and_output_tail(tmp_path):
     assert result.run_dir == Path("/x/y") and not result.cancelled
 
 
+def test_cancelling_the_optimize_request_stops_the_run_with_sigterm(tmp_path, monkeypatch):
+    """Through the SDK (in-memory client, real dispatch): the optimize tool's lines arrive as
+    progress, and abandoning the request makes the server SIGTERM the run. The child here
+    stands in for `kcoder optimize` (which takes minutes); test_stdio_optimize_* runs the real one."""
+    from mcp.client.client import Client
+
+    from kcoder.mcp import server as mcp_server
+    from kcoder.settings import Settings
+
+    shutil.copy(EXAMPLE / "model.py", tmp_path / "model.py")
+    marker, pid_file, messages = tmp_path / "terminated", tmp_path / "pid", []
+    monkeypatch.setattr(mcp_server, "optimize_argv", lambda problem, settings: [
+        sys.executable, "-c", CHILD, str(marker), str(pid_file)])
+    server = mcp_server.build_server(Settings(device="cpu"), tmp_path)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            with anyio.fail_after(30), anyio.CancelScope() as request:
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    messages.append(message)
+                    if len(messages) == 3:
+                        request.cancel()  # the caller gives up on the request
+
+                await client.call_tool("optimize", {"problem": "model.py"}, progress_callback=on_progress)
+            with anyio.fail_after(30):
+                while not marker.exists():
+                    await anyio.sleep(0.1)
+
+    anyio.run(main)
+    assert messages[:3] == ["line 0", "line 1", "line 2"]
+    assert marker.read_text() == "terminated"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the server reaps it right after the handler exits
+        try:
+            os.kill(int(pid_file.read_text()), 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the optimize child outlived the cancelled request")
+
+
 # --- the server over stdio and streamable HTTP ----------------------------------------------
 
 @pytest.fixture
