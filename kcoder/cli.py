@@ -352,6 +352,9 @@ def mcp_command(
     except ValueError as exc:
         _bad_input(str(exc), False)
         return
+    if http is not None and host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: kcoder mcp serves {host}:{http} without authentication; anyone who reaches it can "
+              f"run the evaluator on files under {folder.resolve()}", file=sys.stderr)
     from kcoder.mcp.server import serve
 
     serve(settings, folder, http_port=http, host=host)

@@ -102,6 +102,7 @@ class TuneRequest:
     trials: int | None = None
     time_s: float | None = None
     budget: float = 1.0
+    no_compile: bool = False  # no torch.compile baseline in the best point's final check
 
 
 def tune_call(state: ServerState, problem: str, ref: CandidateRef, request: TuneRequest, notify: Notify) -> str:
@@ -119,7 +120,8 @@ def tune_call(state: ServerState, problem: str, ref: CandidateRef, request: Tune
         raise ValueError("trials must be at least 1 and time_s positive")
     settings = replace(state.settings, budget=request.budget)
     settings.validate()
-    topts = TuneOptions(strategy=request.strategy, trials=request.trials, time_s=request.time_s)
+    topts = TuneOptions(strategy=request.strategy, trials=request.trials, time_s=request.time_s,
+                        compare_compile=not request.no_compile)
     with candidate_file(state, problem_path, ref) as candidate:
         load_space(candidate)  # a bad declaration fails before a folder is made
         folder = output_dir(problem_path, candidate, settings)

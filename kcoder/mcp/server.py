@@ -44,6 +44,7 @@ CandidateSource = Annotated[str | None, Field(description="the candidate file's 
 StopAfter = Annotated[Literal["build", "verify", "timing"], Field(
     description="build, verify (correctness only, fast) or timing (also vs eager and torch.compile)")]
 Budget = Annotated[float | None, Field(description="seconds of measured time per implementation (default 3)")]
+NoCompile = Annotated[bool, Field(description="skip the torch.compile baseline (its speed-up is then unknown)")]
 
 INSTRUCTIONS = """kcoder judges custom CUDA/C++ kernels that replace a PyTorch module (KernelBench format):
 a problem file defines Model, get_inputs(), get_init_inputs(); a candidate defines ModelNew and builds its
@@ -70,7 +71,7 @@ def register_judging(server: MCPServer, state: ServerState, where: str) -> None:
 
     async def eval_tool(problem: Problem, ctx: Context, candidate: CandidatePath = None,
                         source: CandidateSource = None, stop_after: StopAfter = "timing", budget: Budget = None,
-                        no_compile: bool = False) -> dict[str, Any]:
+                        no_compile: NoCompile = False) -> dict[str, Any]:
         ref = CandidateRef(candidate, source)
         async with one_at_a_time:
             return await blocking(actions.evaluate_call, state, problem, ref, stop_after, budget, no_compile,
@@ -84,8 +85,12 @@ def register_judging(server: MCPServer, state: ServerState, where: str) -> None:
     async def tune_tool(problem: Problem, ctx: Context, candidate: CandidatePath = None,
                         source: CandidateSource = None,
                         strategy: Literal["auto", "exhaustive", "tpe", "evolution"] = "auto",
-                        trials: int | None = None, time_s: float | None = None, budget: float = 1.0) -> str:
-        request = TuneRequest(strategy, trials, time_s, budget)
+                        trials: Annotated[int | None, Field(description="points judged at most")] = None,
+                        time_s: Annotated[float | None, Field(description="seconds at most")] = None,
+                        budget: Annotated[float, Field(description="measured seconds per point")] = 1.0,
+                        no_compile: Annotated[bool, Field(description="no torch.compile baseline in the best "
+                                                                      "point's final check")] = False) -> str:
+        request = TuneRequest(strategy, trials, time_s, budget, no_compile)
         async with one_at_a_time:
             return await blocking(actions.tune_call, state, problem, CandidateRef(candidate, source), request,
                                   progress(ctx))

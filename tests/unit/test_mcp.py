@@ -238,6 +238,8 @@ async def exercise(session, work: Path) -> None:
         name = skills[0]["name"]
         skill = await session.call_tool("skill", {"name": name})
         unknown = await session.call_tool("skill", {"name": "no-such-skill"})
+        untunable = await session.call_tool("tune", {"problem": "model.py", "source": CHEAT})
+        profile = await session.call_tool("profile", {"problem": "model.py", "candidate": "solution_cpu.py"})
         outside = await session.call_tool("eval", {"problem": "../outside.py", "candidate": "solution_cpu.py"})
         missing = await session.call_tool("eval", {"problem": "model.py", "candidate": "nope.py"})
         bad = await session.call_tool("eval", {"problem": "bad_problem.py", "candidate": "solution_cpu.py"})
@@ -245,6 +247,8 @@ async def exercise(session, work: Path) -> None:
         report = await session.read_resource("kcoder://runs/model-20261205-000000/report.md")
     assert not skill.is_error and f"# skill {name}" in text_of(skill) and len(text_of(skill)) > 200
     assert unknown.is_error and "no skill named 'no-such-skill'" in text_of(unknown)
+    assert untunable.is_error and "declares no TUNE space" in text_of(untunable)
+    assert profile.is_error and "needs the cuda target" in text_of(profile) and "--device cpu" in text_of(profile)
     assert outside.is_error and "../outside.py" in text_of(outside)
     assert "outside the allowed folders" in text_of(outside)
     assert missing.is_error and "nope.py: no such file" in text_of(missing)
@@ -291,6 +295,46 @@ def test_stdio_optimize_sends_progress_and_reports_bad_input_as_tool_error(workd
     assert result.is_error
     assert messages and messages[0] in text_of(result)  # the child's lines, as progress
     assert "kcoder optimize" in text_of(result) or "bad_problem.py" in text_of(result)
+
+
+@pytest.mark.slow
+def test_stdio_tune_writes_its_outputs_beside_the_problem(workdir):
+    """One point of the example's space (its current CONFIG), then the plain-build check: the
+    table and best CONFIG come back, the outputs land in a tune run folder, the candidate is
+    unchanged, and the table is readable as a resource."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "kcoder", "mcp", "--device", "cpu"],
+                                   env=server_env(), cwd=str(workdir))
+    before = (workdir / "solution_cpu.py").read_text()
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    async def main():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            with anyio.fail_after(START_S):
+                await session.initialize()
+            with anyio.fail_after(2 * CALL_S):
+                result = await session.call_tool("tune", {
+                    "problem": "model.py", "candidate": "solution_cpu.py", "strategy": "exhaustive", "trials": 1,
+                    "budget": 0.3, "no_compile": True}, progress_callback=on_progress)
+            runs = [entry["run"] for entry in json.loads((await session.read_resource("kcoder://runs")).contents[0].text)]
+            tune_run = next(r for r in runs if r.startswith("tune-solution_cpu-"))
+            table = await session.read_resource(f"kcoder://runs/{tune_run}/table.md")
+            return result, tune_run, table.contents[0].text
+
+    result, tune_run, table = anyio.run(main)
+    text = text_of(result)
+    assert not result.is_error, text
+    assert "best CONFIG = {'CHUNK': 0, 'DYNAMIC': 0}" in text and "| CHUNK=0 DYNAMIC=0 | ok" in text
+    assert "built as plain load_inline builds it: verified" in text
+    assert any(m.startswith("point 1: CHUNK=0 DYNAMIC=0:") for m in messages), messages
+    folder = workdir / ".kcoder" / "runs" / tune_run
+    assert (folder / "solution_cpu_tuned.py").is_file() and "CHUNK=0 DYNAMIC=0" in table
+    assert (workdir / "solution_cpu.py").read_text() == before
 
 
 def free_port() -> int:
