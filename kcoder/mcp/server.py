@@ -15,7 +15,8 @@ No `from __future__ import annotations` here: the SDK reads the tools' annotatio
 """
 
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -24,6 +25,7 @@ import anyio
 import anyio.lowlevel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from kcoder.mcp import actions
@@ -45,6 +47,11 @@ StopAfter = Annotated[Literal["build", "verify", "timing"], Field(
     description="build, verify (correctness only, fast) or timing (also vs eager and torch.compile)")]
 Budget = Annotated[float | None, Field(description="seconds of measured time per implementation (default 3)")]
 NoCompile = Annotated[bool, Field(description="skip the torch.compile baseline (its speed-up is then unknown)")]
+
+# Hints for clients that ask before each call: eval, profile and the skills change none of the
+# user's files (only kcoder's build cache); tune and optimize add run folders, never overwrite.
+READS = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+ADDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
 INSTRUCTIONS = """kcoder judges custom CUDA/C++ kernels that replace a PyTorch module (KernelBench format):
 a problem file defines Model, get_inputs(), get_init_inputs(); a candidate defines ModelNew and builds its
@@ -73,13 +80,13 @@ def register_judging(server: MCPServer, state: ServerState, where: str) -> None:
                         source: CandidateSource = None, stop_after: StopAfter = "timing", budget: Budget = None,
                         no_compile: NoCompile = False) -> dict[str, Any]:
         ref = CandidateRef(candidate, source)
-        async with one_at_a_time:
+        async with judge_turn(one_at_a_time, ctx):
             return await blocking(actions.evaluate_call, state, problem, ref, stop_after, budget, no_compile,
                                   progress(ctx))
 
     async def profile_tool(problem: Problem, ctx: Context, candidate: CandidatePath = None,
                            source: CandidateSource = None, full: bool = False) -> str:
-        async with one_at_a_time:
+        async with judge_turn(one_at_a_time, ctx):
             return await blocking(actions.profile_call, state, problem, CandidateRef(candidate, source), full)
 
     async def tune_tool(problem: Problem, ctx: Context, candidate: CandidatePath = None,
@@ -91,21 +98,21 @@ def register_judging(server: MCPServer, state: ServerState, where: str) -> None:
                         no_compile: Annotated[bool, Field(description="no torch.compile baseline in the best "
                                                                       "point's final check")] = False) -> str:
         request = TuneRequest(strategy, trials, time_s, budget, no_compile)
-        async with one_at_a_time:
+        async with judge_turn(one_at_a_time, ctx):
             return await blocking(actions.tune_call, state, problem, CandidateRef(candidate, source), request,
                                   progress(ctx))
 
-    server.add_tool(eval_tool, name="eval", description=(
+    server.add_tool(eval_tool, name="eval", annotations=READS, description=(
         f"Judge a candidate kernel against a problem with kcoder's evaluator (device {s.device}, precision "
         f"{s.precision}, sandbox {s.sandbox}): built, verified on at least 5 fresh input sets, torch fallbacks "
         "and timing tricks refused, timed against eager and torch.compile. Returns the verdict (status "
         "accepted/rejected/error, reason, speed-ups, reward) and a one-line summary; a failed candidate is a "
         "normal answer, not an error. Progress notifications name each stage." + where))
-    server.add_tool(profile_tool, name="profile", description=(
+    server.add_tool(profile_tool, name="profile", annotations=READS, description=(
         "Profile a candidate's CUDA kernels (Nsight Compute: time, throughput, occupancy, stalls, roofline; "
         "ptxas registers/spills; a torch.profiler timeline without ncu). Returns compact text. Needs the cuda "
         "device; says nothing about correctness (use eval)." + where))
-    server.add_tool(tune_tool, name="tune", description=(
+    server.add_tool(tune_tool, name="tune", annotations=ADDS, description=(
         "Autotune a candidate that declares module-level TUNE (name -> list of values) and CONFIG (the current "
         "choice): every point built, verified and timed by the judge. Returns the table fastest first and the "
         "best CONFIG; the tuned file, table.md/json and a plot go to .kcoder/runs/tune-* beside the problem. "
@@ -128,14 +135,15 @@ def register_runs(server: MCPServer, state: ServerState, where: str) -> None:
         except ValueError as exc:
             raise ToolError(str(exc)) from None
 
-    server.add_tool(optimize_tool, name="optimize", description=(
+    server.add_tool(optimize_tool, name="optimize", annotations=ADDS, description=(
         "Run `kcoder optimize` with the built-in (no-LLM) policy on a problem: a long job (minutes to hours) "
         "that writes candidates into .kcoder/runs/<problem>-<stamp>/ beside the problem (your file is never "
         "modified). Each output line arrives as a progress notification; cancelling the request stops the run, "
         "which still writes its report. Returns the output's tail and the run's report.md." + where))
-    server.add_tool(skills_tool, name="skills", description=(
+    server.add_tool(skills_tool, name="skills", annotations=READS, description=(
         "List kcoder's SKILL.md workflows for writing and optimizing kernels (name and description)."))
-    server.add_tool(skill_tool, name="skill", description="Read one kcoder skill (its SKILL.md body) by name.")
+    server.add_tool(skill_tool, name="skill", annotations=READS,
+                    description="Read one kcoder skill (its SKILL.md body) by name.")
 
     @server.resource("kcoder://runs", name="runs", mime_type="application/json",
                      description="Run directories under the server's root that have a report, with their URIs.")
@@ -149,6 +157,15 @@ def register_runs(server: MCPServer, state: ServerState, where: str) -> None:
             return state.runs.read(run, file)
         except LookupError as exc:
             raise ResourceNotFoundError(str(exc)) from None
+
+
+@asynccontextmanager
+async def judge_turn(lock: anyio.Lock, ctx: Context) -> AsyncIterator[None]:
+    """Hold the server's one evaluation slot; say so when the call has to wait for it."""
+    if lock.locked():
+        await ctx.report_progress(0, None, "waiting: another eval, profile or tune call is running")
+    async with lock:
+        yield
 
 
 async def blocking(func: Callable[..., T], *args: Any) -> T:

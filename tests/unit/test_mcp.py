@@ -216,6 +216,7 @@ async def exercise(session, work: Path) -> None:
         tools = {t.name: t for t in (await session.list_tools()).tools}
     assert {"eval", "profile", "tune", "optimize", "skills", "skill"} <= set(tools)
     assert str(work.resolve()) in tools["eval"].description  # the description says which paths
+    assert tools["skill"].annotations.read_only_hint and not tools["optimize"].annotations.read_only_hint
 
     with anyio.fail_after(CALL_S):
         good = await session.call_tool("eval", {"problem": "model.py", "candidate": "solution_cpu.py",
