@@ -21,8 +21,6 @@ import anyio
 import pytest
 from helpers import ROOT
 
-pytest.importorskip("mcp")
-
 EXAMPLE = ROOT / "examples" / "elementwise_chain"
 CALL_S = 240  # one tool call: an evaluation (a cold C++ build takes about a minute here)
 START_S = 60
