@@ -26,7 +26,8 @@ from kcoder.settings import Settings
 
 TAIL_LINES = 60  # what the tool's answer keeps of the output
 GRACE_S = 60.0  # after SIGTERM: time to kill the evaluation and write the report
-RUN_DIR_RE = re.compile(r"run directory: (\S+)")
+# "kcoder run directory: /path/to/run  ·  model ...": the path may hold spaces, the "·" ends it
+RUN_DIR_RE = re.compile(r"run directory: (.+?)(?:\s+·.*)?$")
 
 LineHandler = Callable[[int, str], Awaitable[None]]
 

@@ -129,12 +129,12 @@ def test_job_runner_returns_exit_status_and_output_tail(tmp_path):
             pass
 
         with anyio.fail_after(30):
-            return await run_job([sys.executable, "-c", "print('kcoder run directory: /x/y  ·  model m');"
+            return await run_job([sys.executable, "-c", "print('kcoder run directory: /x/a b  ·  model m');"
                                   "print('bad', end=''); raise SystemExit(2)"], tmp_path, on_line)
 
     result = anyio.run(main)
-    assert result.rc == 2 and result.lines == ["kcoder run directory: /x/y  ·  model m", "bad"]
-    assert result.run_dir == Path("/x/y") and not result.cancelled
+    assert result.rc == 2 and result.lines == ["kcoder run directory: /x/a b  ·  model m", "bad"]
+    assert result.run_dir == Path("/x/a b") and not result.cancelled
 
 
 def test_cancelling_the_optimize_request_stops_the_run_with_sigterm(tmp_path, monkeypatch):
