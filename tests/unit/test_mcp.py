@@ -389,3 +389,12 @@ def test_bad_options_exit_2_naming_the_problem(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kcoder", "mcp", "--allow", "fft"],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and "fft" in proc.stderr
+
+
+def test_help_imports_neither_the_sdk_nor_torch():
+    for args in (["--help"], ["mcp", "--help"]):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "kcoder", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "mcp" in proc.stdout
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines()}
+        assert not {"mcp", "torch", "anyio", "uvicorn"} & imported, args
