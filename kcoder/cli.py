@@ -329,6 +329,39 @@ def chat_command(problem: ProblemArg, **options: Any) -> None:
     raise typer.Exit(run_chat(problem, _settings(**options)))
 
 
+@app.command("mcp")
+def mcp_command(
+    http: int | None = typer.Option(None, "--http", metavar="PORT",
+                                    help="Serve streamable HTTP on this port (at /mcp) instead of stdio."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind with --http (anything but loopback exposes "
+                             "your files to the network: there is no authentication)."),
+    device: DeviceOpt = None,
+    allow: AllowOpt = None,
+    precision: PrecisionOpt = "strict",
+    sandbox: SandboxOpt = "auto",
+    root: Path | None = typer.Option(None, help="The folder the tools may use (default: the current one)."),
+) -> None:
+    """Serve kcoder's evaluator, profiler, tuner, optimize runs and skills as MCP tools (stdio by
+    default), e.g. `claude mcp add kcoder -- kcoder mcp`."""
+    settings = _settings(device, allow, precision=precision, sandbox=sandbox)
+    folder = (root or Path.cwd()).expanduser()
+    try:
+        settings.validate()
+        if not folder.is_dir():
+            raise ValueError(f"--root {folder}: not a folder")
+        if http is not None and not 0 < http < 65536:
+            raise ValueError(f"--http {http}: not a port number (1-65535)")
+    except ValueError as exc:
+        _bad_input(str(exc), False)
+        return
+    if http is not None and host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: kcoder mcp serves {host}:{http} without authentication; anyone who reaches it can "
+              f"run the evaluator on files under {folder.resolve()}", file=sys.stderr)
+    from kcoder.mcp.server import serve
+
+    serve(settings, folder, http_port=http, host=host)
+
+
 def main() -> None:
     """Console-script entry point. SIGTERM/SIGHUP end kcoder as Ctrl-C does (kcoder.shutdown):
     every evaluation's processes are killed, and the exit status is 128 + the signal."""

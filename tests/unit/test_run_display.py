@@ -91,6 +91,9 @@ def test_verdict_lines():
     v.candidate_us, v.speedup_vs_eager, v.speedup_vs_compile, v.reward = 7405.8, 3.24, 1.09, 3
     assert ui.verdict_line(v, "m.py", 23.0, "timing")[0] == (
         "✓ m.py: 3.24x vs eager, 1.09x vs torch.compile (7.41 ms, reward 3) · 23.0 s, cached build")
+    v.speedup_vs_compile, v.reward = None, 2  # --no-compile: unknown, not 0.00x
+    assert ui.verdict_line(v, "m.py", 23.0, "timing")[0] == (
+        "✓ m.py: 3.24x vs eager (7.41 ms, reward 2) · 23.0 s, cached build")
     bad = Verdict(problem="p", candidate="c", device="cpu").fail("build", "cpp_sources:5:36: error: expected ';'")
     assert ui.verdict_line(bad, "m.py", 9.0, "verify") == (
         "✗ m.py: failed at build: cpp_sources:5:36: error: expected ';' · 9.0 s", False)
