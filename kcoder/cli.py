@@ -93,7 +93,11 @@ API_BASE = _option("api_base", Annotated[str | None, typer.Option(
     help="OpenAI-compatible server URL (vLLM, SGLang ...).")])
 DEVICE = _option("device", DeviceOpt)
 KEEP_GOING = _option("keep_going", Annotated[bool, typer.Option(
-    "--keep-going", help="Continue after reaching the target.")], False)
+    "--keep-going", help="Continue after reaching the target, and when the speed of light puts it "
+    "out of reach.")], False)
+NO_PREFLIGHT = _option("preflight", Annotated[bool, typer.Option(
+    "--preflight/--no-preflight", help="Measure the baselines and the speed of light before the first turn "
+    "(stop when the target is out of reach).")], True)
 MAX_COST = _option("max_cost", Annotated[float | None, typer.Option(help="Cost limit in USD.")])
 MAX_TIME = _option("max_time", Annotated[float | None, typer.Option(help="Time limit in seconds.")])
 RESUME = _option("resume", Annotated[Path | None, typer.Option(help="Continue the run in this run directory.")])
@@ -210,7 +214,8 @@ def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -
 @with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
-    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE)
+    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE,
+    NO_PREFLIGHT)
 def optimize_command(problem: ProblemArg, **options: Any) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
     from kcoder.agent.optimize import optimize

@@ -57,7 +57,9 @@ def _best_s(fn: Any, repeats: int, trials: int = 5) -> float:
 
 def _copy_rate(torch: Any, nbytes: int) -> float:
     """Read+write bytes per second of a torch copy whose source and destination are
-    `nbytes` together (about as many calls as fit in ~30 ms)."""
+    `nbytes` together (about as many calls as fit in ~30 ms). Into a destination allocated
+    once: a fresh output's page faults (a CPU allocator's, not the memory's) are not part of
+    the ceiling, so on a CPU a problem with large outputs reads well below 100%."""
     src = torch.ones(nbytes // 8, dtype=torch.float32)
     dst = torch.empty_like(src)
     repeats = max(1, min(200, (32 << 20) // nbytes))
