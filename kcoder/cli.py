@@ -224,6 +224,55 @@ def optimize_command(problem: ProblemArg, **options: Any) -> None:
     raise typer.Exit(optimize(problem, _settings(**options), Output()))
 
 
+SuiteMode = Literal["eval", "optimize"]
+SuiteBackend = Literal["auto", "ray", "pool"]
+
+
+@app.command("suite")
+@with_options(
+    _option("mode", Annotated[SuiteMode, typer.Option(
+        help="eval: judge existing solutions (--solutions); optimize: run kcoder optimize per problem.")], "eval"),
+    _option("solutions", Annotated[Path | None, typer.Option(
+        help="eval mode: folder of solutions matched by name (NAME.py, NAME_solution*.py, "
+             "NAME/solution_<device>.py, NAME/model_new.py).")]),
+    _option("level", Annotated[int | None, typer.Option(
+        help="PROBLEMS are KernelBench checkouts: run KernelBench/level{N}/*.py.")]),
+    _option("out", Annotated[Path | None, typer.Option(
+        help="The suite's folder (default .kcoder/suites/suite-<stamp>).")]),
+    _option("resume_dir", Annotated[Path | None, typer.Option(
+        "--resume", help="Resume the suite in this folder: only problems without a result run.")]),
+    _option("backend", Annotated[SuiteBackend, typer.Option(
+        help="ray (a local Ray runtime, or --ray-address), pool (local processes), auto: ray when installed.")],
+        "auto"),
+    _option("ray_address", Annotated[str | None, typer.Option(help="An existing Ray cluster's address.")]),
+    _option("workers", Annotated[int | None, typer.Option(
+        help="Concurrent evaluations (default: one per GPU; cpu: a worker per 8 cores).")]),
+    MODEL, API_BASE, DEVICE, ALLOW, PRECISION, SANDBOX,
+    _option("stop_after", Annotated[Stage, typer.Option(help="build, verify or timing.")], "timing"),
+    _option("no_compile", Annotated[bool, typer.Option("--no-compile", help="Skip the torch.compile baseline.")],
+            False),
+    _option("budget", Annotated[float, typer.Option(help="Seconds of measured time per implementation.")],
+            DEFAULT_BUDGET_S),
+    _option("target", Annotated[float, typer.Option(help="optimize mode: target over torch.compile.")],
+            DEFAULT_TARGET),
+    _option("max_turns", Annotated[int, typer.Option(help="optimize mode: turn limit per problem.")], 200),
+    MAX_COST, MAX_TIME, KEEP_GOING, NO_PREFLIGHT, _option("as_json", JsonOpt, False))
+def suite_command(problems: Annotated[list[str] | None, typer.Argument(
+        help="Problem files, folders or globs (with --level: KernelBench checkouts).")] = None,
+        **options: Any) -> None:
+    """Run eval or optimize over many problems; writes summary.md/json, results.csv, plots."""
+    from kcoder.suite.cli import suite_from_cli
+
+    try:
+        code, summary = suite_from_cli(problems or [], options, _settings)
+    except ValueError as exc:
+        _bad_input(str(exc), options["as_json"])
+        return
+    if options["as_json"]:
+        print(json.dumps(summary, default=str))
+    raise typer.Exit(code)
+
+
 @app.command("skills")
 def skills_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the SKILL.md workflows kcoder finds, flagging invalid ones."""
