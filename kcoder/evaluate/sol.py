@@ -75,4 +75,4 @@ def sol_fraction(sol_us: float | None, time_us: float | None) -> float | None:
     """The share of the speed of light an implementation reaches (1.0: at the SOL)."""
     if not sol_us or not time_us:
         return None
-    return round(sol_us / time_us, 4)
+    return float(f"{sol_us / time_us:.4g}")  # 4 significant digits: small shares stay exact enough
