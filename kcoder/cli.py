@@ -224,39 +224,31 @@ def optimize_command(problem: ProblemArg, **options: Any) -> None:
     raise typer.Exit(optimize(problem, _settings(**options), Output()))
 
 
-SuiteMode = Literal["eval", "optimize"]
-SuiteBackend = Literal["auto", "ray", "pool"]
+SUITE_OPTIONS = (
+    _option("mode", Annotated[Literal["eval", "optimize"], typer.Option(
+        help="eval: judge existing solutions (--solutions); optimize: kcoder optimize per problem.")], "eval"),
+    _option("solutions", Annotated[Path | None, typer.Option(help="eval: folder of solutions matched by name "
+            "(NAME.py, NAME_solution*.py, NAME/solution_<device>.py, NAME/model_new.py).")]),
+    _option("level", Annotated[int | None, typer.Option(help="PROBLEMS are KernelBench checkouts: level{N}/*.py.")]),
+    _option("out", Annotated[Path | None, typer.Option(help="The suite's folder (.kcoder/suites/suite-<stamp>).")]),
+    _option("resume_dir", Annotated[Path | None, typer.Option(
+        "--resume", help="Resume the suite in this folder: only problems without a result run.")]),
+    _option("backend", Annotated[Literal["auto", "ray", "pool"], typer.Option(
+        help="ray (local runtime or --ray-address), pool (local processes); auto: ray when installed.")], "auto"),
+    _option("ray_address", Annotated[str | None, typer.Option(help="An existing Ray cluster's address.")]),
+    _option("workers", Annotated[int | None, typer.Option(
+        help="Concurrent evaluations (default: one per GPU; cpu: one per 8 cores).")]),
+    MODEL, API_BASE, DEVICE, ALLOW, PRECISION, SANDBOX,
+    _option("stop_after", Annotated[Stage, typer.Option(help="build, verify or timing.")], "timing"),
+    _option("no_compile", Annotated[bool, typer.Option("--no-compile", help="No torch.compile baseline.")], False),
+    _option("budget", Annotated[float, typer.Option(help="Measured seconds per implementation.")], DEFAULT_BUDGET_S),
+    _option("target", Annotated[float, typer.Option(help="optimize: target over torch.compile.")], DEFAULT_TARGET),
+    _option("max_turns", Annotated[int, typer.Option(help="optimize: turn limit per problem.")], 200),
+    MAX_COST, MAX_TIME, KEEP_GOING, NO_PREFLIGHT, _option("as_json", JsonOpt, False))
 
 
 @app.command("suite")
-@with_options(
-    _option("mode", Annotated[SuiteMode, typer.Option(
-        help="eval: judge existing solutions (--solutions); optimize: run kcoder optimize per problem.")], "eval"),
-    _option("solutions", Annotated[Path | None, typer.Option(
-        help="eval mode: folder of solutions matched by name (NAME.py, NAME_solution*.py, "
-             "NAME/solution_<device>.py, NAME/model_new.py).")]),
-    _option("level", Annotated[int | None, typer.Option(
-        help="PROBLEMS are KernelBench checkouts: run KernelBench/level{N}/*.py.")]),
-    _option("out", Annotated[Path | None, typer.Option(
-        help="The suite's folder (default .kcoder/suites/suite-<stamp>).")]),
-    _option("resume_dir", Annotated[Path | None, typer.Option(
-        "--resume", help="Resume the suite in this folder: only problems without a result run.")]),
-    _option("backend", Annotated[SuiteBackend, typer.Option(
-        help="ray (a local Ray runtime, or --ray-address), pool (local processes), auto: ray when installed.")],
-        "auto"),
-    _option("ray_address", Annotated[str | None, typer.Option(help="An existing Ray cluster's address.")]),
-    _option("workers", Annotated[int | None, typer.Option(
-        help="Concurrent evaluations (default: one per GPU; cpu: a worker per 8 cores).")]),
-    MODEL, API_BASE, DEVICE, ALLOW, PRECISION, SANDBOX,
-    _option("stop_after", Annotated[Stage, typer.Option(help="build, verify or timing.")], "timing"),
-    _option("no_compile", Annotated[bool, typer.Option("--no-compile", help="Skip the torch.compile baseline.")],
-            False),
-    _option("budget", Annotated[float, typer.Option(help="Seconds of measured time per implementation.")],
-            DEFAULT_BUDGET_S),
-    _option("target", Annotated[float, typer.Option(help="optimize mode: target over torch.compile.")],
-            DEFAULT_TARGET),
-    _option("max_turns", Annotated[int, typer.Option(help="optimize mode: turn limit per problem.")], 200),
-    MAX_COST, MAX_TIME, KEEP_GOING, NO_PREFLIGHT, _option("as_json", JsonOpt, False))
+@with_options(*SUITE_OPTIONS)
 def suite_command(problems: Annotated[list[str] | None, typer.Argument(
         help="Problem files, folders or globs (with --level: KernelBench checkouts).")] = None,
         **options: Any) -> None:
