@@ -125,3 +125,28 @@ def test_bad_problem_set_is_one_line_naming_it(tmp_path):
     assert "nowhere: no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_kcoder("suite", "--resume", str(tmp_path), "--backend", "pool")
     assert proc.returncode == 2 and "not a suite folder to resume" in proc.stderr
+
+
+def test_optimize_mode_runs_the_agent_per_problem_and_keeps_its_best_kernel(tmp_path, scripted):
+    from agent.llm_server import text_tool_reply
+
+    good = testlib_candidate("return _ext.scale_add_relu(x, y, self.scale)")
+    server = scripted([
+        text_tool_reply("One fused loop.", "write_file", path="model_new.py", content=good),
+        text_tool_reply("Measure it.", "benchmark"),
+        text_tool_reply("Done.", "finish"),
+    ])
+    problem = tmp_path / "scale_add.py"
+    shutil.copyfile(PROBLEMS / "scale_add.py", problem)
+    out = tmp_path / "out"
+    proc = run_kcoder("suite", str(problem), "--mode", "optimize", "--model", "openai/scripted", "--api-base",
+                      server.base_url, "--device", "cpu", "--backend", "pool", "--no-compile", "--budget", "0.3",
+                      "--max-turns", "4", "--out", str(out), "--json", env={"KCODER_API_KEY": "test"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["mode"] == "optimize" and summary["correct"] == 1 and summary["problems"] == 1
+    record = json.loads((out / "results.jsonl").read_text())
+    assert record["status"] == "accepted" and record["turns"] == 3 and record["verdict"]["speedup_vs_eager"] > 0
+    assert record["reference"]["eager_us"] > 0  # the preflight ran (eager only: --no-compile)
+    assert (out / "solutions" / "scale_add.py").read_text() == good
+    assert len(server.requests) == 3
