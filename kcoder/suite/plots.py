@@ -39,6 +39,9 @@ def _speedups(ax: Any, rows: list[dict[str, Any]]) -> None:
         ax.text(0.5, 0.5, "no correct, timed problem", ha="center", va="center", transform=ax.transAxes)
     ax.axvline(1.0, color="gray", linestyle="--", label="torch.compile")
     ax.axvline(1.05, color="tab:green", linestyle=":", label="target 1.05x")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("speed-up vs torch.compile")
     ax.set_ylabel("problems")
     ax.set_title(f"Speed-up vs torch.compile, {len(values)} correct problems")

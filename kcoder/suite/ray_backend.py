@@ -12,6 +12,7 @@ records, which come back to the driver. `pip install kcoder[ray]`.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +31,10 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     else:
-        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)
 
 
 def cluster_slots(device: str, workers: int | None) -> list[tuple[Slot, dict[str, Any]]]:

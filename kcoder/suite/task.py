@@ -94,7 +94,7 @@ def _optimize(problem: Path, settings: Any) -> dict[str, Any]:
     report = json.loads(runs[-1].read_text())
     best = report.get("best")
     best_file = runs[-1].parent / "best" / "model_new.py"
-    return {"status": (best or {}).get("status", report.get("status", "rejected")) if best else report.get("status"),
+    return {"status": best["status"] if best else report.get("status", "rejected"),  # e.g. out_of_reach
             "reason": report.get("message", ""), "verdict": best, "cost": report.get("cost", 0.0),
             "reference": report.get("reference"), "turns": report.get("turns"), "exit_code": code,
             "best_source": best_file.read_text() if best and best_file.exists() else None}
