@@ -103,9 +103,9 @@ def run_suite(plan: SuitePlan | None, out_dir: Path, *, backend: str = "auto", r
     if progress is not None:
         progress.stop()
     records = [done[p.name] for p in problems if p.name in done]
-    names = [r.get("verdict", {}) or {} for r in records]
+    verdicts = [r.get("verdict") or {} for r in records]
     meta = {"mode": plan.mode, "device": device, "backend": chosen, "date": time.strftime("%Y-%m-%d %H:%M"),
-            "device_name": next((v.get("device_name") for v in names if v.get("device_name")), ""),
+            "device_name": next((v.get("device_name") for v in verdicts if v.get("device_name")), ""),
             "out_dir": str(out_dir)}
     return write_outputs(out_dir, records, meta)
 
