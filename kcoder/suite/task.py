@@ -90,7 +90,7 @@ def _optimize(problem: Path, settings: Any) -> dict[str, Any]:
     code = optimize(problem, settings, Output(Console(file=log, width=120)))
     runs = sorted(settings.runs_dir.glob("*/report.json")) if settings.runs_dir.exists() else []
     if not runs:
-        return {"status": "bad_problem" if code == 2 else "error", "reason": log.getvalue().strip()[-300:]}
+        return {"status": "not_run" if code == 2 else "error", "reason": log.getvalue().strip()[-300:]}  # usage: no model ...
     report = json.loads(runs[-1].read_text())
     best = report.get("best")
     best_file = runs[-1].parent / "best" / "model_new.py"
