@@ -90,7 +90,8 @@ def _optimize(problem: Path, settings: Any) -> dict[str, Any]:
     code = optimize(problem, settings, Output(Console(file=log, width=120)))
     runs = sorted(settings.runs_dir.glob("*/report.json")) if settings.runs_dir.exists() else []
     if not runs:
-        return {"status": "not_run" if code == 2 else "error", "reason": log.getvalue().strip()[-300:]}  # usage: no model ...
+        # exit 2 without a run directory: a usage failure (no model, a missing key)
+        return {"status": "not_run" if code == 2 else "error", "reason": log.getvalue().strip()[-300:]}
     report = json.loads(runs[-1].read_text())
     best = report.get("best")
     best_file = runs[-1].parent / "best" / "model_new.py"
