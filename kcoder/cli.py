@@ -93,7 +93,11 @@ API_BASE = _option("api_base", Annotated[str | None, typer.Option(
     help="OpenAI-compatible server URL (vLLM, SGLang ...).")])
 DEVICE = _option("device", DeviceOpt)
 KEEP_GOING = _option("keep_going", Annotated[bool, typer.Option(
-    "--keep-going", help="Continue after reaching the target.")], False)
+    "--keep-going", help="Continue after reaching the target, and when the speed of light puts it "
+    "out of reach.")], False)
+NO_PREFLIGHT = _option("preflight", Annotated[bool, typer.Option(
+    "--preflight/--no-preflight", help="Measure the baselines and the speed of light before the first turn "
+    "(stop when the target is out of reach).")], True)
 MAX_COST = _option("max_cost", Annotated[float | None, typer.Option(help="Cost limit in USD.")])
 MAX_TIME = _option("max_time", Annotated[float | None, typer.Option(help="Time limit in seconds.")])
 RESUME = _option("resume", Annotated[Path | None, typer.Option(help="Continue the run in this run directory.")])
@@ -212,13 +216,55 @@ def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -
 @with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
-    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE)
+    MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE,
+    NO_PREFLIGHT)
 def optimize_command(problem: ProblemArg, **options: Any) -> None:
     """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
     from kcoder.agent.optimize import optimize
     from kcoder.ui import Output
 
     raise typer.Exit(optimize(problem, _settings(**options), Output()))
+
+
+SUITE_OPTIONS = (
+    _option("mode", Annotated[Literal["eval", "optimize"], typer.Option(
+        help="eval: judge existing solutions (--solutions); optimize: kcoder optimize per problem.")], "eval"),
+    _option("solutions", Annotated[Path | None, typer.Option(help="eval: folder of solutions matched by name "
+            "(NAME.py, NAME_solution*.py, NAME/solution_<device>.py, NAME/model_new.py).")]),
+    _option("level", Annotated[int | None, typer.Option(help="PROBLEMS are KernelBench checkouts: level{N}/*.py.")]),
+    _option("out", Annotated[Path | None, typer.Option(help="The suite's folder (.kcoder/suites/suite-<stamp>).")]),
+    _option("resume_dir", Annotated[Path | None, typer.Option(
+        "--resume", help="Resume the suite in this folder: only problems without a result run.")]),
+    _option("backend", Annotated[Literal["auto", "ray", "pool"], typer.Option(
+        help="ray (local runtime or --ray-address), pool (local processes); auto: ray when installed.")], "auto"),
+    _option("ray_address", Annotated[str | None, typer.Option(help="An existing Ray cluster's address.")]),
+    _option("workers", Annotated[int | None, typer.Option(
+        help="Concurrent evaluations (default: one per GPU; cpu: one per 8 cores).")]),
+    MODEL, API_BASE, DEVICE, ALLOW, PRECISION, SANDBOX,
+    _option("stop_after", Annotated[Stage, typer.Option(help="build, verify or timing.")], "timing"),
+    _option("no_compile", Annotated[bool, typer.Option("--no-compile", help="No torch.compile baseline.")], False),
+    _option("budget", Annotated[float, typer.Option(help="Measured seconds per implementation.")], DEFAULT_BUDGET_S),
+    _option("target", Annotated[float, typer.Option(help="optimize: target over torch.compile.")], DEFAULT_TARGET),
+    _option("max_turns", Annotated[int, typer.Option(help="optimize: turn limit per problem.")], 200),
+    MAX_COST, MAX_TIME, KEEP_GOING, NO_PREFLIGHT, _option("as_json", JsonOpt, False))
+
+
+@app.command("suite")
+@with_options(*SUITE_OPTIONS)
+def suite_command(problems: Annotated[list[str] | None, typer.Argument(
+        help="Problem files, folders or globs (with --level: KernelBench checkouts).")] = None,
+        **options: Any) -> None:
+    """Run eval or optimize over many problems; writes summary.md/json, results.csv, plots."""
+    from kcoder.suite.cli import suite_from_cli
+
+    try:
+        code, summary = suite_from_cli(problems or [], options, _settings)
+    except ValueError as exc:
+        _bad_input(str(exc), options["as_json"])
+        return
+    if options["as_json"]:
+        print(json.dumps(summary, default=str))
+    raise typer.Exit(code)
 
 
 @app.command("skills")

@@ -66,6 +66,7 @@ class Settings:
     resume: Path | None = None
     commit: bool = False  # optimize: commit the best verified kernel afterwards
     verbose: bool = False  # optimize, chat: show whole files and diffs after each tool call
+    preflight: bool = True  # optimize: baselines and speed of light before the first turn
     # Evaluator knobs without an option (rounds, warm-up, time limits); tests and embedders.
     eval_base: EvalOptions | None = None
 

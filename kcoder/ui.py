@@ -42,7 +42,8 @@ def verdict_line(v: Verdict, label: str, seconds: float, stop_after: str) -> tup
         per_call = f"{v.candidate_us / 1000:,.2f} ms" if v.candidate_us >= 1000 else f"{v.candidate_us:,.1f} us"
         # no torch.compile figure (--no-compile) is unknown, not 0.00x
         vs_compile = "" if v.speedup_vs_compile is None else f", {v.speedup_vs_compile:.2f}x vs torch.compile"
-        what = f"{v.speedup_vs_eager or 0:.2f}x vs eager{vs_compile} ({per_call}, reward {v.reward})"
+        sol = f", {100 * v.candidate_sol_fraction:.0f}% of SOL" if v.candidate_sol_fraction is not None else ""
+        what = f"{v.speedup_vs_eager or 0:.2f}x vs eager{vs_compile} ({per_call}{sol}, reward {v.reward})"
     elif v.correct:
         what = f"correct on {v.n_input_sets} input sets" if v.n_input_sets else v.reason
     elif passed:
@@ -64,6 +65,20 @@ def _ratio(value: float | None, ci: list[float] | None) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}x" + (f"  [90% CI {ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
+
+
+def sol_text(v: Verdict) -> str:
+    """The speed of light in words: "12.3 us, memory-bound (67.1 MB, 0 FLOP; ceilings ...)"."""
+    flops = "FLOPs not counted" if v.flops is None else f"{v.flops / 1e9:,.3g} GFLOP"
+    return (f"{_us(v.sol_us)}, {v.sol_bound}-bound ({(v.min_bytes or 0) / 1e6:,.1f} MB moved at least, "
+            f"{flops}; {v.sol_ceilings})")
+
+
+def sol_shares(v: Verdict) -> str:
+    """Each implementation's share of the speed of light: "eager 31%, compile 88%, candidate 92%"."""
+    shares = [(name, value) for name, value in (("eager", v.eager_sol_fraction),
+              ("compile", v.compile_sol_fraction), ("candidate", v.candidate_sol_fraction)) if value is not None]
+    return ", ".join(f"{name} {100 * value:.0f}%" for name, value in shares) or "-"
 
 
 def verdict_table(v: Verdict) -> Any:
@@ -96,6 +111,8 @@ def verdict_table(v: Verdict) -> Any:
             ("speed-up vs compile", _ratio(v.speedup_vs_compile, v.speedup_vs_compile_ci)),
             ("timed rounds", str(v.timing_rounds)),
         ]
+    if v.sol_us is not None:
+        rows += [("speed of light", sol_text(v)), ("share of SOL", sol_shares(v))]
     for note in v.notes:
         rows.append(("note", note))
     for key, value in rows:

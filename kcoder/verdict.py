@@ -49,6 +49,17 @@ class Verdict:
     # 90% interval of the per-round speed-up ratios: the confidence of a claimed speed-up.
     speedup_vs_eager_ci: list[float] | None = None
     speedup_vs_compile_ci: list[float] | None = None
+    # Speed of light (evaluate/sol.py): the reference's FLOPs (torch's counter) and the bytes
+    # any implementation must move, the least time the measured device could take for them,
+    # and each implementation's share of it (sol_us / its time; 1.0 = at the SOL).
+    flops: float | None = None
+    min_bytes: int | None = None
+    sol_us: float | None = None
+    sol_bound: str = ""  # "memory" or "compute": which ceiling sets the SOL
+    sol_ceilings: str = ""  # the measured ceilings used, in words
+    eager_sol_fraction: float | None = None
+    compile_sol_fraction: float | None = None
+    candidate_sol_fraction: float | None = None
     notes: list[str] = field(default_factory=list)
     log: str = ""  # trimmed compiler output or traceback, for people and for the agent
     # "accepted" (correct), "rejected" (the candidate failed), "compiled" (--stop-after build,

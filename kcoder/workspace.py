@@ -38,7 +38,8 @@ META = "meta.json"
 BEST_DIR = "best"
 CANDIDATES_DIR = "candidates"
 # Files the agent may read but never write: the evaluator and the report rely on them.
-PROTECTED = (REFERENCE, TRAJECTORY, META, "report.md", "report.json", BEST_DIR, CANDIDATES_DIR)
+PREFLIGHT = "preflight.json"  # the reference's baselines and speed of light (agent/preflight.py)
+PROTECTED = (REFERENCE, TRAJECTORY, META, "report.md", "report.json", BEST_DIR, CANDIDATES_DIR, PREFLIGHT)
 
 
 class WorkspaceError(Exception):
@@ -203,6 +204,16 @@ class Workspace:
                 continue
         return records
 
+    def preflight(self) -> dict[str, Any] | None:
+        """The roofline preflight's figures (agent/preflight.py), or None when it did not run."""
+        try:
+            return json.loads((self.root / PREFLIGHT).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save_preflight(self, figures: dict[str, Any]) -> None:
+        self._write_json(PREFLIGHT, figures)
+
     # --- report -----------------------------------------------------------------------------
     def write_report(self, report: dict[str, Any]) -> None:
         """Write report.json and a human-readable report.md, with paths relative to the
@@ -233,6 +244,18 @@ def _fmt(value: Any, suffix: str = "") -> str:
     return f"{value}{suffix}"
 
 
+def _reference_lines(ref: dict[str, Any] | None) -> list[str]:
+    """The roofline preflight's figures (agent/preflight.py), when it ran."""
+    if not ref:
+        return []
+    lines = [f"- reference: eager {_fmt(ref.get('eager_us'), ' us')}  ·  torch.compile "
+             f"{_fmt(ref.get('compile_us'), ' us')}  ·  speed of light {_fmt(ref.get('sol_us'), ' us')} "
+             f"({ref.get('sol_bound') or '?'}-bound; {ref.get('sol_ceilings') or ''})"]
+    if ref.get("compile_headroom"):
+        lines.append(f"- the SOL allows at most {ref['compile_headroom']:.2f}x over torch.compile")
+    return lines
+
+
 def render_report_md(report: dict[str, Any]) -> str:
     """Markdown summary of a run: outcome, the best candidate's verdict, usage."""
     best = report.get("best") or {}
@@ -247,6 +270,7 @@ def render_report_md(report: dict[str, Any]) -> str:
         (f"- turns: {report.get('turns', 0)}  ·  tokens: {report.get('prompt_tokens', 0)} in / "
         f"{report.get('completion_tokens', 0)} out  ·  cost: ${report.get('cost', 0.0):.4f}"),
         f"- wall time: {_fmt(report.get('seconds'), ' s')}",
+        *_reference_lines(report.get("reference")),
         "",
         "## Best verified candidate",
         "",
@@ -262,6 +286,7 @@ def render_report_md(report: dict[str, Any]) -> str:
             f"- speed-up vs torch.compile: {_fmt(best.get('speedup_vs_compile'), 'x')}",
             (f"- candidate: {_fmt(best.get('candidate_us'), ' us')}  ·  eager: "
             f"{_fmt(best.get('eager_us'), ' us')}  ·  compile: {_fmt(best.get('compile_us'), ' us')}"),
+            f"- share of the speed of light: {_fmt(best.get('candidate_sol_fraction'))}",
         ]
     lines.append("")
     return "\n".join(lines)

@@ -66,6 +66,8 @@ def system_prompt(settings: Settings, ctx: ToolContext, toolbox: Toolbox, tool_m
         skills_listing=ctx.skills.prompt_listing() if ctx.skills else "", tool_mode=tool_mode,
         tools_text=toolbox.describe_text())
     notes = [prompts.CUDA_AGENT_NOTE] if "bash" in toolbox.names else []
+    figures = ctx.workspace.preflight()  # the roofline preflight's (agent/preflight.py)
+    notes += [prompts.sol_note(figures)] if figures else []
     notes += [prompts.CHAT_NOTE] if mode == "chat" else []
     return "\n\n".join([text, *notes])
 

@@ -12,6 +12,7 @@ from kcoder import ui
 from kcoder.agent import prompts
 from kcoder.agent.assemble import build_agent, resolve_model
 from kcoder.agent.loop import AgentStop
+from kcoder.agent.preflight import roofline_preflight, stop_report
 from kcoder.agent.report import build_report, commit_record, print_summary
 from kcoder.agent.toolbox import Evaluator
 from kcoder.problem import ProblemError, load_problem
@@ -42,6 +43,9 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
         resolve_model(settings)  # a bad profile or a missing key: before a run directory exists
         ws = Workspace.open(settings.resume) if settings.resume else Workspace.create(
             Path(load_problem(problem).path), settings.runs_dir)  # ProblemError names the file
+        pre = roofline_preflight(ws, settings, out)  # baselines + speed of light (agent/preflight.py)
+        if pre.out_of_reach:
+            return stop_report(ws, settings, out, pre, profile=resolve_model(settings)[0].name)
         agent = build_agent(settings, ws, out, evaluate=evaluator)
     except (ValueError, ProblemError, WorkspaceError, OSError) as exc:
         out.error(str(exc))

@@ -85,6 +85,25 @@ def system_prompt(*, device: str, target: float, allow: list[str], precision: st
     return "\n\n".join(parts)
 
 
+def sol_note(figures: dict) -> str:
+    """How much room there is: the reference's baselines and its speed of light (the
+    roofline preflight's figures, agent/preflight.py)."""
+    compile_us = figures.get("compile_us")
+    lines = [f"Measured before the run (this device, the evaluator's timing): eager "
+             f"{figures['eager_us']:,.1f} us" + (f", torch.compile {compile_us:,.1f} us." if compile_us else ".")]
+    if figures.get("sol_us"):
+        flops = figures.get("flops")
+        lines.append(
+            f"Speed of light (SOL): {figures['sol_us']:,.1f} us, {figures['sol_bound']}-bound: the reference "
+            f"moves at least {(figures.get('min_bytes') or 0) / 1e6:,.2f} MB (inputs, weights, outputs) and "
+            f"does {'an uncounted number of' if flops is None else f'{flops / 1e9:,.3g} G'} matmul/conv FLOPs; "
+            f"ceilings: {figures['sol_ceilings']}. No kernel can be faster than the SOL.")
+    if figures.get("compile_headroom"):
+        lines.append(f"So at most {figures['compile_headroom']:.2f}x over torch.compile is possible: spend effort "
+                     "where the gap to the SOL is large.")
+    return "\n".join(lines)
+
+
 # The cuda-agent profile speaks the CUDA Agent environment's commands through `bash`.
 CUDA_AGENT_NOTE = """\
 In this environment the bash tool maps `bash utils/compile.sh` to compile,

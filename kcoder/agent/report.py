@@ -28,6 +28,7 @@ def build_report(ws: Workspace, result: RunResult, *, model: str, profile: str, 
         "seconds": round(result.seconds, 1), "candidates_evaluated": n_candidates,
         "best_path": str(ws.best_dir / "model_new.py") if best else None,
         "best": best.to_dict() if best else None,
+        "reference": ws.preflight(),  # the preflight's baselines and speed of light
     }
 
 
@@ -39,6 +40,17 @@ def _plain_build_row(plain: str | None) -> str:
     if plain is None:
         return "-"
     return "verified (built as plain load_inline builds it)" if plain == "verified" else f"FAILED: {plain}"
+
+
+def _sol_row(reference: dict[str, Any] | None, best: Verdict | None) -> str:
+    """The SOL and how close the best candidate (else torch.compile) came to it."""
+    sol = (best.sol_us if best else None) or (reference or {}).get("sol_us")
+    if not sol:
+        return "-"
+    if best and best.candidate_sol_fraction is not None:
+        return f"{sol:,.1f} us; the best candidate reaches {100 * best.candidate_sol_fraction:.0f}% of it"
+    compile_us = (reference or {}).get("compile_us")
+    return f"{sol:,.1f} us" + (f"; torch.compile reaches {100 * sol / compile_us:.0f}% of it" if compile_us else "")
 
 
 def commit_record(verdict: Verdict, model: str, problem_stem: str) -> dict[str, Any]:
@@ -66,6 +78,7 @@ def print_summary(out: ui.Output, report: dict[str, Any]) -> None:
         ("vs eager", _x(best.speedup_vs_eager if best else None)),
         ("vs torch.compile", f"{_x(best.speedup_vs_compile if best else None)} (target {report['target']:.2f}x)"),
         ("plain build", _plain_build_row(best.plain_build if best else None)),
+        ("speed of light", _sol_row(report.get("reference"), best)),
         ("model", f"{report['model']} ({report['profile']})"),
         ("turns", str(report["turns"])),
         ("tokens", f"{report['prompt_tokens']:,} in / {report['completion_tokens']:,} out"),

@@ -22,6 +22,7 @@ from typing import Any
 
 from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.sol import record_sol
 from kcoder.evaluate.spawn import Children
 from kcoder.evaluate.summary import record_timings
 from kcoder.evaluate.timing import Timings
@@ -173,6 +174,8 @@ class Judge:
         started = time.perf_counter()
         deadline = time.monotonic() + opts.timing_timeout_s
         self.stop_candidate()  # nothing of the candidate runs while baselines are timed
+        # (nor while the device's ceilings are measured, the first time on this node)
+        record_sol(v, self.ask_reference(_left(deadline), "timing", op="sol"))
         before = self.baselines(deadline)
         self.cand = self.children.start_candidate()
         self.finish_start(first=False)

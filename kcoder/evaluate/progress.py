@@ -79,6 +79,8 @@ class StageReporter:
             self._say(_CANDIDATE_OPS[message["op"]])
 
     def reference_message(self, message: dict[str, Any]) -> None:
-        """A request to the reference process: only its baseline timing is a stage of its own."""
+        """A request to the reference process: its baseline timing and SOL are stages of their own."""
         if message.get("op") == "baselines":
             self._say("timing the baselines (eager, torch.compile)")
+        elif message.get("op") == "sol":  # the first time on a device, its ceilings are measured
+            self._say("counting the reference's work (speed of light)")

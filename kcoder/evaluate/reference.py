@@ -173,6 +173,19 @@ class ReferenceServer:
         fixed = self.flush_bytes
         return {"peak_mb": (self.torch.cuda.max_memory_allocated() - fixed) / 2**20}
 
+    def op_sol(self) -> dict[str, Any]:
+        """The speed of light of one reference call (evaluate/sol.py); the device's ceilings
+        are measured here the first time (asked while no candidate process is alive)."""
+        from kcoder.evaluate.sol import count_work, speed_of_light
+        from kcoder.profile.ceilings import limits_for
+
+        try:
+            work = count_work(self.torch, self.model, self.inputs(self.options.seed))
+            limits, _ = limits_for(self.torch, self.device)
+            return speed_of_light(work, limits, self.options.precision)
+        except Exception as exc:  # information only: never the evaluation's failure
+            return {"sol_error": first_line(exc)[:200]}
+
     def op_baselines(self, seeds: list[int], warmup: list[int], min_rounds: int, budget_s: float) -> dict[str, Any]:
         """Eager and torch.compile timed in random order per round, each on fresh inputs."""
         from kcoder.evaluate.timing import Clock, time_rounds

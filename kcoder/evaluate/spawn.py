@@ -35,16 +35,18 @@ SHARED_MEMORY_SPARE = 2 * 2**30  # left free in /dev/shm beside two outputs in f
 class Children:
     """The reference and candidate processes of one evaluation, under `work` (a temp dir)."""
 
-    def __init__(self, problem: Path, candidate: Path, options: EvalOptions, work: Path, sandbox: str) -> None:
+    def __init__(self, problem: Path, candidate: Path | None, options: EvalOptions, work: Path,
+                 sandbox: str) -> None:
+        """`candidate` None: only the reference process is ever started (baseline.py)."""
         self.options, self.work, self.sandbox = options, work, sandbox
         self.box = Box.create(work)
         self.box.exchange = _shared_memory_folder()  # bound into the sandbox from the start
         # The candidate runs from copies in its box: its cwd is never the user's folder and no
         # bytecode lands beside the user's files.
         self.problem_copy = self.box.root / problem.name
-        self.candidate_copy = self.box.root / candidate.name
+        self.candidate_copy = self.box.root / (candidate or problem).name
         if self.problem_copy == self.candidate_copy:
-            self.candidate_copy = self.box.root / f"candidate_{candidate.name}"
+            self.candidate_copy = self.box.root / f"candidate_{(candidate or problem).name}"
         self.problem, self.candidate = problem, candidate
         self.ref_proc: subprocess.Popen | None = None
         self.cand_proc: subprocess.Popen | None = None
@@ -93,6 +95,7 @@ class Children:
         return Peer(self.ref_proc, limits, lambda: None, notify=self.progress.reference_message)
 
     def start_candidate(self) -> Peer:
+        assert self.candidate is not None, "a reference-only evaluation starts no candidate"
         self.stop_candidate()
         # Fresh copies for every start: an earlier process of the candidate's may have
         # rewritten them (inside bwrap they are read-only as well).

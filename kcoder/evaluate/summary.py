@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kcoder.evaluate.sol import sol_fraction
 from kcoder.evaluate.timing import Timings
 from kcoder.verdict import Verdict, reward_for
 
@@ -19,6 +20,9 @@ def record_timings(v: Verdict, timings: Timings) -> None:
         v.speedup_vs_compile_ci = timings.speedup_ci("compile", "candidate")
     else:
         v.notes.append("torch.compile baseline skipped (--no-compile): speed-up vs compile unknown")
+    v.eager_sol_fraction = sol_fraction(v.sol_us, v.eager_us)
+    v.compile_sol_fraction = sol_fraction(v.sol_us, v.compile_us)
+    v.candidate_sol_fraction = sol_fraction(v.sol_us, v.candidate_us)
     v.reward = reward_for(v.correct, v.speedup_vs_eager, v.speedup_vs_compile)
     v.stage = "done"
     parts = [f"correct on {v.n_input_sets} input sets + {v.timing_rounds} timed calls"]
@@ -26,4 +30,6 @@ def record_timings(v: Verdict, timings: Timings) -> None:
         parts.append(f"{v.speedup_vs_eager:.2f}x vs eager")
     if v.speedup_vs_compile is not None:
         parts.append(f"{v.speedup_vs_compile:.2f}x vs torch.compile")
+    if v.candidate_sol_fraction is not None:
+        parts.append(f"{100 * v.candidate_sol_fraction:.0f}% of the speed of light")
     v.reason = ", ".join(parts)

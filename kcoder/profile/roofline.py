@@ -33,6 +33,28 @@ class DeviceLimits:
     measured_at: str = ""
     torch_version: str = ""
     method: str = "torch: 1 GiB device-to-device copy (read+write bytes); fp32 matmul 8192^3, TF32 off"
+    # Where the precision policy allows them (relaxed): matmul rates with TF32 on, in bf16.
+    tf32_flops_per_s: float | None = None
+    bf16_flops_per_s: float | None = None
+    # cpu: copy rate by working-set size in bytes (read+write), since a freshly made input
+    # that fits in the caches streams faster than DRAM; None on a GPU (L2 flushed per call).
+    copy_curve: dict[str, float] | None = None
+
+    def bandwidth_for(self, nbytes: float) -> float:
+        """Bytes/s a copy of `nbytes` (read+write) reaches: the rate measured at the largest
+        working set not above it (rates rise as data fits in a cache), else DRAM's."""
+        if not self.copy_curve:
+            return self.copy_bytes_per_s
+        sizes = sorted((int(k), v) for k, v in self.copy_curve.items())
+        below = [rate for size, rate in sizes if size <= nbytes]
+        return below[-1] if below else sizes[0][1]
+
+    def flops_per_s(self, precision: str) -> float:
+        """The matmul rate a candidate may reach under the precision policy (relaxed: the
+        fastest of fp32, TF32 and bf16 that was measured)."""
+        if precision != "relaxed":
+            return self.fp32_flops_per_s
+        return max(r for r in (self.fp32_flops_per_s, self.tf32_flops_per_s, self.bf16_flops_per_s) if r)
 
     @property
     def ridge_flop_per_byte(self) -> float:
@@ -153,11 +175,17 @@ def measure_limits(torch: Any) -> DeviceLimits:
         b = torch.randn(n, n, device="cuda")
         c = torch.empty(n, n, device="cuda")
         mm_ms = _best_ms(torch, lambda: torch.mm(a, b, out=c), repeats=3, trials=4)
+        torch.backends.cuda.matmul.allow_tf32 = True  # what --precision relaxed allows
+        tf32_ms = _best_ms(torch, lambda: torch.mm(a, b, out=c), repeats=3, trials=4)
+        a, b, c = a.bfloat16(), b.bfloat16(), c.bfloat16()
+        bf16_ms = _best_ms(torch, lambda: torch.mm(a, b, out=c), repeats=3, trials=4)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
         torch.set_float32_matmul_precision(old_precision)
+    flop = 2 * n**3
     return DeviceLimits(device=torch.cuda.get_device_name(), copy_bytes_per_s=2 * nbytes / (copy_ms * 1e-3),
-                        fp32_flops_per_s=2 * n**3 / (mm_ms * 1e-3),
+                        fp32_flops_per_s=flop / (mm_ms * 1e-3),
                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), torch_version=torch.__version__,
                         method=f"torch: {nbytes >> 20} MiB device-to-device copy (read+write bytes); "
-                               f"fp32 matmul {n}^3, TF32 off")
+                               f"fp32 matmul {n}^3, TF32 off (and on; and bf16)",
+                        tf32_flops_per_s=flop / (tf32_ms * 1e-3), bf16_flops_per_s=flop / (bf16_ms * 1e-3))

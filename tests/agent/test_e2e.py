@@ -55,7 +55,7 @@ def run_opt(problem: Path, server: Any, tmp_path: Path, **kw: Any) -> tuple[int,
     """optimize() with test defaults (`kw`: Settings fields); returns (exit code, run dir)."""
     fields: dict[str, Any] = dict(
         model="openai/scripted", api_base=server.base_url, target=LOW_TARGET, max_turns=30,
-        runs_dir=tmp_path / "runs", tool_call="native")
+        runs_dir=tmp_path / "runs", tool_call="native", preflight=False)  # tests/suite/test_preflight.py
     settings = Settings.from_eval_options(FAST_TIMING, **{**fields, **kw})
     code = optimize(problem, settings, Output(Console(file=io.StringIO(), width=120)))
     run_dir = settings.resume or sorted((tmp_path / "runs").glob("*"))[-1]

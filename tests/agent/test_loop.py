@@ -31,7 +31,7 @@ def run_opt(problem: Path, server: Any, tmp_path: Path, evaluator: Any = None,
     out = io.StringIO()
     fields: dict[str, Any] = dict(
         model="openai/scripted", api_base=server.base_url if server else None, device="cpu",
-        max_turns=20, runs_dir=tmp_path / "runs", tool_call="native")
+        max_turns=20, runs_dir=tmp_path / "runs", tool_call="native", preflight=False)
     settings = Settings(**{**fields, **kw})
     code = optimize(problem, settings, Output(Console(file=out, width=120)),
                     evaluator=evaluator or FakeEvaluator())

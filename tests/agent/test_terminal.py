@@ -67,7 +67,7 @@ def test_optimize_shows_stages_not_tool_blocks_and_keeps_git_clean(scripted, rep
     ])
     before = status(repo)
     run = PtyRun("optimize", "scale_add.py", "--model", "openai/scripted", "--api-base", server.base_url,
-                 "--device", "cpu", "--max-turns", "2", "--commit", cwd=repo)
+                 "--no-preflight", "--device", "cpu", "--max-turns", "2", "--commit", cwd=repo)
     try:
         # While the candidate builds and is verified, the status line says so, with a clock.
         run.expect(r"build → verify: model_new_0001\.py · (building|loading the problem).* 0:00:\d\d")
@@ -150,7 +150,7 @@ def test_a_signal_to_kcoder_ends_a_hanging_evaluation(scripted, repo, sig):
         text_tool_reply("Verify.", "verify"),
     ])
     run = PtyRun("optimize", "scale_add.py", "--model", "openai/scripted", "--api-base", server.base_url,
-                 "--device", "cpu", "--max-turns", "2", cwd=repo)
+                 "--no-preflight", "--device", "cpu", "--max-turns", "2", cwd=repo)
     try:
         run.expect(r"verifying input set 1 of 5", timeout=600)  # the candidate spins from here on
         time.sleep(1.0)

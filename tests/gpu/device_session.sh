@@ -8,6 +8,7 @@
 # bench:  bench/turnaround.py (builds of its own, in fresh caches) and bench/spread.py.
 # profile_tests: tests/gpu/test_profile_gpu.py (~4-5 min on a fresh machine: its builds are cold).
 # tune:   bench/tune.py --device cuda (TUNE_S, TUNE_ARGS).
+# suite: kcoder suite on the GPU(s) (see suite() below).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -107,6 +108,19 @@ tune() {
   done
   wait
   timeout "${TUNE_S:-540}" python3 bench/tune.py --device cuda ${TUNE_ARGS:-} 2>&1 | tee "$out/tune.log"
+}
+
+# suite: kcoder suite over the examples on every GPU, and over a KernelBench level when a checkout
+#        (KERNELBENCH=DIR, carried: the device machine has no network) and its solutions
+#        (KB_SOLUTIONS=DIR) are there; summary, CSV and plots come back in $OUT.
+suite() {
+  timeout 300 python3 -m pytest -m gpu -q -s tests/gpu/test_suite_gpu.py 2>&1 | grep -E "SUITE|passed|failed|assert"
+  timeout 240 python3 -m kcoder suite examples --device cuda --backend pool --budget 1 --out "$out/suite_examples" \
+    | tail -15
+  if [ -n "${KERNELBENCH:-}" ] && [ -n "${KB_SOLUTIONS:-}" ]; then
+    timeout "${KB_S:-400}" python3 -m kcoder suite "$KERNELBENCH" --level "${KB_LEVEL:-1}" --solutions "$KB_SOLUTIONS" \
+      --device cuda --backend pool --budget 1 --out "$out/suite_kernelbench" | tail -15
+  fi
 }
 
 profile_tests() {

@@ -1,0 +1,99 @@
+"""The reference alone: its baselines (eager, torch.compile) and its speed of light, measured
+by the reference process without any candidate (optimize's roofline preflight).
+
+The same process, the same timing rounds and the same SOL figures as a full evaluation's, so
+the preflight's figures are those its verdicts will show.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kcoder.evaluate.channel import ChannelError
+from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.sol import sol_fraction
+from kcoder.evaluate.spawn import Children
+from kcoder.problem import ProblemError, load_problem
+
+
+class BaselineError(Exception):
+    """kcoder could not measure the reference (its own failure, not the problem file's)."""
+
+
+@dataclass
+class ReferenceFigures:
+    """A problem's baselines and speed of light on this device."""
+
+    device_name: str
+    eager_us: float
+    compile_us: float | None
+    sol_us: float | None
+    sol_bound: str = ""
+    sol_ceilings: str = ""
+    flops: float | None = None
+    min_bytes: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def compile_headroom(self) -> float | None:
+        """How many times faster than torch.compile the SOL allows (the best speed-up any
+        kernel could show over it), or None when either is unknown."""
+        if not self.sol_us or not self.compile_us:
+            return None
+        return self.compile_us / self.sol_us
+
+    def fractions(self) -> dict[str, float | None]:
+        return {"eager": sol_fraction(self.sol_us, self.eager_us),
+                "compile": sol_fraction(self.sol_us, self.compile_us)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "compile_headroom": self.compile_headroom}
+
+
+def measure_reference(problem_path: str | Path, options: EvalOptions) -> ReferenceFigures:
+    """Time the baselines and measure the SOL of a problem. ProblemError for a problem file
+    that fails; BaselineError for kcoder's own failure."""
+    options.validate()
+    problem = load_problem(problem_path)
+    started = time.perf_counter()
+    rng = secrets.SystemRandom()
+    with tempfile.TemporaryDirectory(prefix="kcoder-baseline-") as work:
+        children = Children(problem.path, None, options, Path(work), "none")
+        try:
+            ref = children.start_reference()
+            info = _ask(ref, options.problem_timeout_s, problem.path, None)
+            sol = _ask(ref, options.problem_timeout_s, problem.path, {"op": "sol"})
+            seeds = [rng.randrange(1, 2**31) for _ in range(options.max_rounds)]
+            warm = [rng.randrange(1, 2**31) for _ in range(options.warmup)]
+            share = options.timing_budget_s  # per implementation, as the judge's two halves together
+            reply = _ask(ref, options.timing_timeout_s, problem.path,
+                         {"op": "baselines", "seeds": seeds, "warmup": warm,
+                          "min_rounds": options.min_rounds, "budget_s": share})
+        finally:
+            children.close()
+    samples = reply["samples"]
+    return ReferenceFigures(
+        device_name=str(info.get("device_name", "")), eager_us=statistics.median(samples["eager"]),
+        compile_us=statistics.median(samples["compile"]) if "compile" in samples else None,
+        sol_us=sol.get("sol_us"), sol_bound=str(sol.get("sol_bound", "")),
+        sol_ceilings=str(sol.get("sol_ceilings", sol.get("sol_error", ""))), flops=sol.get("flops"),
+        min_bytes=sol.get("min_bytes"), seconds=round(time.perf_counter() - started, 1))
+
+
+def _ask(ref: Any, limit_s: float, problem: Path, request: dict[str, Any] | None) -> dict[str, Any]:
+    """One request to the reference process (its start-up reply when `request` is None)."""
+    try:
+        reply = ref.request(limit_s, **request) if request else ref.receive(limit_s)
+    except ChannelError as exc:
+        raise BaselineError(f"the reference process failed ({exc.kind}: {exc})") from None
+    if "problem" in reply:
+        raise ProblemError(f"{problem}: {reply['problem']}")
+    if "error" in reply:
+        raise BaselineError(f"the reference process failed: {reply['error']}")
+    return reply

@@ -1,0 +1,78 @@
+"""Speed of light: the least time the device could take for the reference's work.
+
+Counted in the reference process (trusted; the candidate never runs there): the FLOPs of one
+reference call (torch's flop counter: matmuls, convolutions, attention; elementwise work
+counts nothing, so such problems are bounded by memory alone) and the bytes that any
+implementation must move at least (inputs + parameters and buffers + outputs, each tensor
+once). With the device's measured ceilings (profile/ceilings.py):
+SOL = max(bytes / copy bandwidth, FLOPs / matmul rate allowed by the precision policy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def count_work(torch: Any, model: Any, inputs: list[Any]) -> dict[str, Any]:
+    """FLOPs and minimum bytes of one call of `model` on `inputs` (flops None when torch's
+    counter cannot run it)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from kcoder.evaluate.compare import flatten_outputs
+
+    flops: float | None
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            out = model(*inputs)
+        flops = float(counter.get_total_flops())
+    except Exception:  # an op the counter's mode cannot run: the memory bound still holds
+        with torch.no_grad():
+            out = model(*inputs)
+        flops = None
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    tensors += [t for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor)]
+    tensors += list(model.parameters()) + list(model.buffers())
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for t in tensors:  # each storage once: an output may be an input, a parameter shared
+        key = (t.untyped_storage().data_ptr(), t.nbytes)
+        if key not in seen:
+            seen.add(key)
+            total += t.nbytes
+    return {"flops": flops, "min_bytes": total}
+
+
+def speed_of_light(work: dict[str, Any], limits: Any, precision: str) -> dict[str, Any]:
+    """The SOL time in us from `work` (count_work) and a DeviceLimits, the bound that sets
+    it, and the ceilings used, in words."""
+    nbytes, flops = work["min_bytes"], work["flops"] or 0.0
+    bandwidth = limits.bandwidth_for(nbytes)
+    rate = limits.flops_per_s(precision)
+    memory_s, compute_s = nbytes / bandwidth, flops / rate
+    return {**work, "sol_us": max(memory_s, compute_s) * 1e6,
+            "sol_bound": "memory" if memory_s >= compute_s else "compute",
+            "sol_ceilings": (f"{limits.device}: copy {bandwidth / 1e9:,.1f} GB/s, "
+                             f"{'relaxed' if precision == 'relaxed' else 'fp32'} matmul "
+                             f"{rate / 1e12:,.2f} TFLOP/s (measured)")}
+
+
+def record_sol(verdict: Any, figures: dict[str, Any]) -> None:
+    """The reference process's SOL figures into the verdict (judge side: only numbers and
+    one line of text are taken)."""
+    if figures.get("sol_error"):
+        verdict.notes.append(f"speed of light not measured: {str(figures['sol_error'])[:200]}")
+        return
+    for name in ("flops", "min_bytes", "sol_us"):
+        value = figures.get(name)
+        if isinstance(value, (int, float)) and value >= 0:
+            setattr(verdict, name, round(float(value), 3) if name == "sol_us" else value)
+    if figures.get("sol_bound") in ("memory", "compute"):
+        verdict.sol_bound = figures["sol_bound"]
+    verdict.sol_ceilings = str(figures.get("sol_ceilings", ""))[:200]
+
+
+def sol_fraction(sol_us: float | None, time_us: float | None) -> float | None:
+    """The share of the speed of light an implementation reaches (1.0: at the SOL)."""
+    if not sol_us or not time_us:
+        return None
+    return float(f"{sol_us / time_us:.4g}")  # 4 significant digits: small shares stay exact enough

@@ -1,0 +1,1 @@
+"""Many problems: scheduling (local pool or Ray), records, tables, plots (`kcoder suite`)."""

@@ -1,0 +1,74 @@
+"""A suite's figures in the papers' terms (KernelBench, CUDA Agent), from its records.
+
+Over all problems: compiled %, correct %, faster than eager % (correct and > 1.0x), faster
+than torch.compile at 1.05x % (correct and > 1.05x), fast_p (correct and speed-up > p) vs
+eager and vs compile; over correct, timed problems: geomean speed-ups and the mean share of
+the speed of light; time and cost per problem.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+COMPILE_MARGIN = 1.05
+
+
+def row(record: dict[str, Any]) -> dict[str, Any]:
+    """One problem's row of the tables: its status and figures (None where unknown)."""
+    v = record.get("verdict") or {}
+    return {
+        "name": record["name"], "status": record.get("status", "error"),
+        "compiled": bool(v.get("compiled")), "correct": bool(v.get("correct")), "reward": v.get("reward"),
+        "eager_us": v.get("eager_us"), "compile_us": v.get("compile_us"), "candidate_us": v.get("candidate_us"),
+        "speedup_vs_eager": v.get("speedup_vs_eager"), "speedup_vs_compile": v.get("speedup_vs_compile"),
+        "sol_us": v.get("sol_us") or (record.get("reference") or {}).get("sol_us"),
+        "candidate_sol_fraction": v.get("candidate_sol_fraction"),
+        "compile_sol_fraction": v.get("compile_sol_fraction"),
+        "seconds": record.get("seconds"), "cost": record.get("cost") or 0.0, "slot": record.get("slot", ""),
+        "reason": (record.get("reason") or v.get("reason") or "")[:200],
+    }
+
+
+def _pct(count: int, total: int) -> float:
+    return round(100.0 * count / total, 1) if total else 0.0
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return round(math.exp(sum(math.log(v) for v in values) / len(values)), 4) if values else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 4) if known else None
+
+
+def fast_p(rows: list[dict[str, Any]], key: str, p: float) -> float:
+    """Share (%) of all problems that are correct and more than p times faster (fast_0: correct,
+    timed or not, as in KernelBench)."""
+    return _pct(sum(1 for r in rows if r["correct"] and (p == 0 or (r[key] or 0.0) > p)), len(rows))
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's summary figures (see the module docstring)."""
+    n = len(rows)
+    correct = [r for r in rows if r["correct"]]
+    timed = [r for r in correct if r["speedup_vs_eager"] is not None]
+    return {
+        "problems": n,
+        "compiled": sum(r["compiled"] for r in rows), "correct": len(correct),
+        "compiled_pct": _pct(sum(r["compiled"] for r in rows), n), "correct_pct": _pct(len(correct), n),
+        "faster_than_eager_pct": fast_p(rows, "speedup_vs_eager", 1.0),
+        "faster_than_compile_pct": fast_p(rows, "speedup_vs_compile", COMPILE_MARGIN),
+        "geomean_speedup_vs_eager": _geomean([r["speedup_vs_eager"] for r in timed]),
+        "geomean_speedup_vs_compile": _geomean([r["speedup_vs_compile"] for r in timed]),
+        "fast_p_vs_eager": {str(p): fast_p(rows, "speedup_vs_eager", p) for p in FAST_P},
+        "fast_p_vs_compile": {str(p): fast_p(rows, "speedup_vs_compile", p) for p in FAST_P},
+        "mean_sol_fraction": _mean([r["candidate_sol_fraction"] for r in timed]),
+        "mean_compile_sol_fraction": _mean([r["compile_sol_fraction"] for r in timed]),
+        "seconds_per_problem": _mean([r["seconds"] for r in rows]),
+        "cost_per_problem": round(sum(r["cost"] for r in rows) / n, 4) if n else 0.0,
+        "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})},
+    }

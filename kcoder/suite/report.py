@@ -1,0 +1,105 @@
+"""A suite's outputs: results.jsonl (one record per problem, appended as each finishes, so a
+killed suite resumes), summary.json, summary.md, results.csv and the plots (plots.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kcoder.suite.metrics import FAST_P, row, summarize
+
+RESULTS = "results.jsonl"
+CSV_FIELDS = ["name", "status", "compiled", "correct", "reward", "eager_us", "compile_us", "candidate_us",
+              "speedup_vs_eager", "speedup_vs_compile", "sol_us", "candidate_sol_fraction", "compile_sol_fraction",
+              "seconds", "cost", "slot", "reason"]
+
+
+def append_record(out_dir: Path, record: dict[str, Any]) -> None:
+    """Persist one finished problem (a whole line per write, flushed to disk)."""
+    from kcoder.redact import redact_data
+
+    with open(out_dir / RESULTS, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(redact_data(record), default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_records(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """The records kept so far, by problem name (a line cut by a kill is skipped: that
+    problem runs again)."""
+    records: dict[str, dict[str, Any]] = {}
+    path = out_dir / RESULTS
+    if not path.exists():
+        return records
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "name" in record:
+            records[record["name"]] = record
+    return records
+
+
+def write_outputs(out_dir: Path, records: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """summary.json, summary.md, results.csv and the plots; returns the summary."""
+    rows = sorted((row(r) for r in records), key=lambda r: r["name"])
+    summary = {**meta, **summarize(rows)}
+    (out_dir / "summary.json").write_text(json.dumps({"summary": summary, "problems": rows}, indent=2) + "\n")
+    (out_dir / "summary.md").write_text(markdown(summary, rows))
+    with open(out_dir / "results.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    from kcoder.suite.plots import write_plots
+
+    summary["plots"] = [p.name for p in write_plots(out_dir, rows, summary)]
+    return summary
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def markdown(s: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The summary table, fast_p and the per-problem table."""
+    lines = [
+        f"# kcoder suite: {s['problems']} problems ({s.get('mode', '?')}, {s.get('device', '?')}"
+        f"{', ' + s['device_name'] if s.get('device_name') else ''}; {s.get('date', '')})",
+        "",
+        "| metric | value |", "| --- | --- |",
+        f"| compiled | {s['compiled_pct']}% ({s['compiled']}/{s['problems']}) |",
+        f"| correct | {s['correct_pct']}% ({s['correct']}/{s['problems']}) |",
+        f"| faster than eager | {s['faster_than_eager_pct']}% |",
+        f"| faster than torch.compile (>1.05x) | {s['faster_than_compile_pct']}% |",
+        f"| geomean speed-up vs eager (correct) | {_x(s['geomean_speedup_vs_eager'])} |",
+        f"| geomean speed-up vs torch.compile (correct) | {_x(s['geomean_speedup_vs_compile'])} |",
+        f"| mean share of the speed of light (correct) | {_share(s['mean_sol_fraction'])} "
+        f"(torch.compile: {_share(s['mean_compile_sol_fraction'])}) |",
+        f"| time per problem | {s['seconds_per_problem'] or 0:.1f} s |",
+        f"| cost per problem | ${s['cost_per_problem']:.4f} |",
+        "",
+        "| fast_p | " + " | ".join(f"p={p:g}" for p in FAST_P) + " |",
+        "| --- |" + " --- |" * len(FAST_P),
+        "| vs eager | " + " | ".join(f"{s['fast_p_vs_eager'][str(p)]}%" for p in FAST_P) + " |",
+        "| vs torch.compile | " + " | ".join(f"{s['fast_p_vs_compile'][str(p)]}%" for p in FAST_P) + " |",
+        "",
+        "| problem | status | eager us | compile us | kernel us | vs eager | vs compile | SOL us | share of SOL |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['status']} | {_us(r['eager_us'])} | {_us(r['compile_us'])} | "
+                     f"{_us(r['candidate_us'])} | {_x(r['speedup_vs_eager'])} | {_x(r['speedup_vs_compile'])} | "
+                     f"{_us(r['sol_us'])} | {_share(r['candidate_sol_fraction'])} |")
+    return "\n".join(lines) + "\n"
