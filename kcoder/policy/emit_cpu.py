@@ -1,0 +1,247 @@
+"""C++/OpenMP source for a Plan's kernels (the cpu target).
+
+Each kernel is one function taking its operands as a list of tensors (inputs expanded to the
+domain and permuted, outputs preallocated by forward). At run time the dims are coalesced
+(size-1 dims dropped, adjacent dims merged where every operand allows it), so contiguous
+operands become one flat loop. The element loop has two copies: a fast one, taken when the
+innermost stride of each operand is what the plan expects (1, or 0 for a broadcast), written
+with literal indices so that the compiler vectorizes it (`omp simd`); and a generic one with
+computed offsets, for non-contiguous or oddly broadcast inputs. Tails need no special case:
+the loops run to the exact length. TUNE: OpenMP schedule chunk and the block of elements one
+task handles.
+"""
+
+from __future__ import annotations
+
+from kcoder.policy.emit_common import closure, row_levels, substitute
+from kcoder.policy.plan import Kernel, Plan
+
+TUNE = {"CHUNK": [0, 1, 16], "BLOCK": [1024, 4096, 16384]}
+CONFIG = {"CHUNK": 0, "BLOCK": 4096}
+CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
+
+HELPERS = r"""
+namespace kc {
+constexpr int MAXD = 8;
+struct Acc { double v; int64_t i; };
+
+// Drop size-1 dims and merge neighbours whose strides chain for every operand.
+static void squash(std::vector<int64_t>& sz, std::vector<std::vector<int64_t>>& st) {
+  std::vector<int64_t> s2;
+  std::vector<std::vector<int64_t>> t2(st.size());
+  for (size_t d = 0; d < sz.size(); ++d) {
+    if (sz[d] == 1) continue;
+    bool merge = !s2.empty();
+    for (size_t k = 0; merge && k < st.size(); ++k) merge = t2[k].back() == st[k][d] * sz[d];
+    if (merge) {
+      s2.back() *= sz[d];
+      for (size_t k = 0; k < st.size(); ++k) t2[k].back() = st[k][d];
+      continue;
+    }
+    s2.push_back(sz[d]);
+    for (size_t k = 0; k < st.size(); ++k) t2[k].push_back(st[k][d]);
+  }
+  sz = s2; st = t2;
+}
+
+struct Geom {
+  std::vector<int64_t> os, is;
+  std::vector<std::vector<int64_t>> ost, ist;
+  int64_t O = 1, L = 1;
+  Geom(const std::vector<torch::Tensor>& t, int nred) : ost(t.size()), ist(t.size()) {
+    const int nd = t[0].dim();
+    for (size_t k = 0; k < t.size(); ++k) {
+      TORCH_CHECK(t[k].sizes() == t[0].sizes(), "operand ", k, " has another shape");
+      TORCH_CHECK(t[k].device().is_cpu(), "CPU tensors expected");
+      for (int d = 0; d < nd; ++d) (d < nd - nred ? ost[k] : ist[k]).push_back(t[k].stride(d));
+    }
+    for (int d = 0; d < nd; ++d) (d < nd - nred ? os : is).push_back(t[0].size(d));
+    squash(os, ost);
+    squash(is, ist);
+    if (nred == 0 && !os.empty()) {  // pointwise: the innermost dim is the vector loop
+      is.push_back(os.back()); os.pop_back();
+      for (size_t k = 0; k < t.size(); ++k) { ist[k].push_back(ost[k].back()); ost[k].pop_back(); }
+    }
+    for (auto s : os) O *= s;
+    for (auto s : is) L *= s;
+  }
+  inline int64_t base(size_t k, int64_t o) const {
+    int64_t off = 0;
+    for (int d = (int)os.size() - 1; d >= 0; --d) { off += (o % os[d]) * ost[k][d]; o /= os[d]; }
+    return off;
+  }
+  inline int64_t ioff(size_t k, int64_t r) const {
+    int64_t off = 0;
+    for (int d = (int)is.size() - 1; d >= 0; --d) { off += (r % is[d]) * ist[k][d]; r /= is[d]; }
+    return off;
+  }
+  bool fast(const int* expect) const {
+    if (is.size() > 1) return false;
+    if (is.empty()) return true;
+    for (size_t k = 0; k < ist.size(); ++k)
+      if (expect[k] >= 0 && ist[k][0] != expect[k]) return false;
+    return true;
+  }
+};
+
+template <class F, class C>
+static Acc split(int par, int64_t L, F f, C combine) {
+  if (par <= 1 || L < 8192) return f(0, L);
+  std::vector<Acc> part(par);
+  #pragma omp parallel for num_threads(par) schedule(static, 1)
+  for (int i = 0; i < par; ++i) part[i] = f(L * i / par, L * (i + 1) / par);
+  Acc a = part[0];
+  for (int i = 1; i < par; ++i) a = combine(a, part[i]);
+  return a;
+}
+
+template <class F>
+static void each(int par, int64_t L, F f) {
+  if (par <= 1 || L < 8192) { f(0, L); return; }
+  #pragma omp parallel for num_threads(par) schedule(static, 1)
+  for (int i = 0; i < par; ++i) f(L * i / par, L * (i + 1) / par);
+}
+
+static inline Acc c_sum(Acc a, Acc b) { return {a.v + b.v, 0}; }
+static inline Acc c_prod(Acc a, Acc b) { return {a.v * b.v, 0}; }
+static inline Acc c_max(Acc a, Acc b) { return (b.v > a.v || b.v != b.v) ? b : a; }
+static inline Acc c_min(Acc a, Acc b) { return (b.v < a.v || b.v != b.v) ? b : a; }
+static inline Acc c_argmax(Acc a, Acc b) { return (a.v == a.v && (b.v > a.v || b.v != b.v)) ? b : a; }
+static inline Acc c_argmin(Acc a, Acc b) { return (a.v == a.v && (b.v < a.v || b.v != b.v)) ? b : a; }
+}  // namespace kc
+"""
+
+PARALLEL_FOR = """#if CHUNK > 0
+  #pragma omp parallel for schedule(dynamic, CHUNK)
+#else
+  #pragma omp parallel for schedule(static)
+#endif
+"""
+
+# Per reduction kind: accumulator declaration, update (x = the value), result, simd clause.
+_STAGE = {
+    "sum": ("double acc = 0;", "acc += (double)({x});", "kc::Acc{acc, 0}", "reduction(+:acc)"),
+    "prod": ("double acc = 1;", "acc *= (double)({x});", "kc::Acc{acc, 0}", "reduction(*:acc)"),
+    "max": ("float acc = -INFINITY;", "{{ const float x_ = {x}; acc = (x_ > acc || x_ != x_) ? x_ : acc; }}",
+            "kc::Acc{acc, 0}", ""),
+    "min": ("float acc = INFINITY;", "{{ const float x_ = {x}; acc = (x_ < acc || x_ != x_) ? x_ : acc; }}",
+            "kc::Acc{acc, 0}", ""),
+    "argmax": ("float acc = -INFINITY; int64_t at = r0;",
+               "{{ const float x_ = {x}; if (acc == acc && (x_ > acc || x_ != x_)) {{ acc = x_; at = r; }} }}",
+               "kc::Acc{acc, at}", ""),
+    "argmin": ("float acc = INFINITY; int64_t at = r0;",
+               "{{ const float x_ = {x}; if (acc == acc && (x_ < acc || x_ != x_)) {{ acc = x_; at = r; }} }}",
+               "kc::Acc{acc, at}", ""),
+}
+
+
+def _load_fn(kernel: Kernel, fast: bool):
+    def load(i: int) -> str:
+        op = kernel.operands[i]
+        if op.row:
+            return f"p{i}[b{i}]"
+        if fast:
+            return f"p{i}[b{i} + r]" if op.expect else f"p{i}[b{i}]"
+        return f"p{i}[b{i} + g.ioff({i}, r)]"
+    return load
+
+
+def _full_store_lines(kernel: Kernel) -> tuple[list[str], list[str]]:
+    fast, slow = [], []
+    for idx, value in kernel.stores:
+        if not kernel.operands[idx].row:
+            fast.append(f"p{idx}[b{idx} + r] = {value};")
+            slow.append(f"p{idx}[b{idx} + g.ioff({idx}, r)] = {value};")
+    return fast, slow
+
+
+def _loop(kernel: Kernel, targets: list[str], fast_tail: list[str], slow_tail: list[str], pragma: str,
+          indent: str) -> list[str]:
+    out = []
+    for fast, tail in ((True, fast_tail), (False, slow_tail)):
+        load = _load_fn(kernel, fast)
+        out.append(indent + ("if (fast) {" if fast else "} else {"))
+        if fast:
+            out.append(f"{indent}  #pragma omp simd {pragma}".rstrip())
+        out.append(f"{indent}  for (int64_t r = r0; r < r1; ++r) {{")
+        for s in closure(kernel, targets):
+            out.append(f"{indent}    const {s.ctype} {s.var} = {substitute(s.expr, load)};")
+        out += [f"{indent}    {substitute(t, load)}" for t in tail]
+        out.append(f"{indent}  }}")
+    out.append(indent + "}")
+    return out
+
+
+def _prelude(kernel: Kernel) -> list[str]:
+    lines = [f"void {kernel.name}(std::vector<torch::Tensor> t) {{",
+             f"  TORCH_CHECK(t.size() == {len(kernel.operands)}, \"{kernel.name}: wrong operand count\");",
+             f"  const kc::Geom g(t, {len(kernel.dims)});"]
+    for i, op in enumerate(kernel.operands):
+        const = "" if op.output else "const "
+        lines.append(f"  {const}{op.ctype}* __restrict__ p{i} = t[{i}].data_ptr<{op.ctype}>();")
+    expect = ", ".join(str(-1 if op.row else op.expect) for op in kernel.operands)
+    lines += [f"  static const int expect[] = {{{expect}}};", "  const bool fast = g.fast(expect);",
+              "  const int64_t O = g.O, L = g.L;", "  if (O == 0 || L == 0) return;"]
+    return lines
+
+
+def _bases(kernel: Kernel, indent: str) -> list[str]:
+    return [f"{indent}const int64_t b{i} = g.base({i}, o);" for i in range(len(kernel.operands))]
+
+
+def render_pointwise(kernel: Kernel) -> list[str]:
+    fast_tail, slow_tail = _full_store_lines(kernel)
+    values = [v for _, v in kernel.stores]
+    lines = _prelude(kernel) + ["  const int64_t NB = (L + BLOCK - 1) / BLOCK;", PARALLEL_FOR.rstrip(),
+                                "  for (int64_t w = 0; w < O * NB; ++w) {",
+                                "    const int64_t o = w / NB, r0 = (w % NB) * BLOCK, r1 = std::min(L, r0 + BLOCK);"]
+    lines += _bases(kernel, "    ")
+    lines += _loop(kernel, values, fast_tail, slow_tail, "", "    ")
+    return lines + ["  }", "}"]
+
+
+def render_rows(kernel: Kernel) -> list[str]:
+    levels = row_levels(kernel)
+    load_row = _load_fn(kernel, True)
+    lines = _prelude(kernel) + ["  auto row = [&](int64_t o, int par) {"] + _bases(kernel, "    ")
+
+    def row_stmts(level: int) -> None:
+        for s in levels.get(level, []):
+            lines.append(f"    const {s.ctype} {s.var} = {substitute(s.expr, load_row)};")
+
+    row_stmts(-1)
+    for n, stage in enumerate(kernel.stages):
+        init, update, result, clause = _STAGE[stage.kind]
+        lines.append(f"    const kc::Acc a{n} = kc::split(par, L, [&](int64_t r0, int64_t r1) -> kc::Acc {{")
+        lines.append(f"      {init}")
+        lines += _loop(kernel, [stage.value], [update.format(x=stage.value)], [update.format(x=stage.value)],
+                       clause if stage.kind in ("sum", "prod") else "", "      ")
+        lines += [f"      return {result};", f"    }}, kc::c_{stage.kind});"]
+        pick = "i" if stage.kind.startswith("arg") else "v"
+        lines.append(f"    const {stage.ctype} {stage.result} = ({stage.ctype})a{n}.{pick};")
+        row_stmts(n)
+    fast_tail, slow_tail = _full_store_lines(kernel)
+    if fast_tail:
+        values = [v for i, v in kernel.stores if not kernel.operands[i].row]
+        lines.append("    kc::each(par, L, [&](int64_t r0, int64_t r1) {")
+        lines += _loop(kernel, values, fast_tail, slow_tail, "", "      ")
+        lines.append("    });")
+    for idx, value in kernel.stores:
+        if kernel.operands[idx].row:
+            lines.append(f"    p{idx}[b{idx}] = {value};")
+    lines += ["  };", "  const int T = omp_get_max_threads();",
+              "  if (O >= T || L < 8192) {", PARALLEL_FOR.rstrip(),
+              "    for (int64_t o = 0; o < O; ++o) row(o, 1);",
+              "  } else {", "    for (int64_t o = 0; o < O; ++o) row(o, T);", "  }", "}"]
+    return lines
+
+
+def render_cpu(plan: Plan) -> str:
+    """The cpp_sources text: includes, helpers, one function per kernel."""
+    parts = ["#include <torch/extension.h>", "#include <omp.h>", "#include <algorithm>", "#include <cmath>",
+             "#include <vector>", HELPERS]
+    for kernel in plan.kernels:
+        body = render_rows(kernel) if kernel.dims else render_pointwise(kernel)
+        parts.append("\n".join(body) + "\n")
+    return "\n".join(parts)
