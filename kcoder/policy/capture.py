@@ -5,7 +5,7 @@ Why make_fx and not torch.export: make_fx traces the module once on the problem'
 every shape concrete, which is all a template generator needs. torch.export adds a strict
 Python frontend (dynamo), dynamic-shape constraints and guards that a fixed KernelBench problem
 does not have, and fails on more modules. The decomposition table is ATen's core set plus
-softmax, layer/group/batch norm and losses, so that those reach the planner as the reductions
+softmax and losses (and normalizations written as means: decomp.py), so that those reach the planner as the reductions
 and pointwise ops it knows (amax, sum, var_mean ... sub, exp, div).
 
 The problem's code runs only here, in a child started with `capture_graph`: kcoder's own
@@ -47,12 +47,13 @@ def _decompositions() -> dict[Any, Any]:
 
     aten = torch.ops.aten
     table = dict(core_aten_decompositions())
+    from kcoder.policy import decomp
+
     table.update(get_decompositions([
-        aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm,
-        aten.native_batch_norm, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit,
-        aten.logsumexp, aten.mse_loss, aten.smooth_l1_loss, aten.huber_loss, aten.l1_loss, aten.addmm,
+        aten._softmax, aten._log_softmax, aten.logsumexp, aten.mse_loss, aten.smooth_l1_loss, aten.huber_loss, aten.l1_loss, aten.addmm,
         aten.rms_norm, aten.linear, aten.matmul, aten.nll_loss_forward, aten.binary_cross_entropy,
     ]))
+    table.update(decomp.table())  # normalizations as means (decomp.py says why)
     return table
 
 
@@ -111,7 +112,7 @@ def _trace(problem: Path) -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location("kcoder_policy_problem", problem)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    model = module.Model(*module.get_init_inputs()).eval()
+    model = module.Model(*module.get_init_inputs())  # training mode, as the evaluator runs it
     inputs = list(module.get_inputs())
     params = dict(model.named_parameters())
     persistent = set(model.state_dict())
@@ -127,7 +128,10 @@ def _trace(problem: Path) -> dict[str, Any]:
         full = list(inputs)
         for pos, value in zip(tensor_pos, args[len(names):], strict=True):
             full[pos] = value
-        return functional_call(model, state, tuple(full))
+        with PythonLevel():  # inside the trace: make_fx sets its own function modes aside
+            return functional_call(model, state, tuple(full))
+
+    from kcoder.policy.decomp import PythonLevel
 
     with torch.no_grad():
         gm = make_fx(forward, decomposition_table=_decompositions(), tracing_mode="fake")(

@@ -21,7 +21,7 @@ CONFIG = {"CHUNK": 0, "BLOCK": 4096}
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 
-HELPERS = r"""
+GEOM = r"""
 namespace kc {
 constexpr int MAXD = 8;
 struct Acc { double v; int64_t i; };
@@ -53,7 +53,7 @@ struct Geom {
     const int nd = t[0].dim();
     for (size_t k = 0; k < t.size(); ++k) {
       TORCH_CHECK(t[k].sizes() == t[0].sizes(), "operand ", k, " has another shape");
-      TORCH_CHECK(t[k].device().is_cpu(), "CPU tensors expected");
+      TORCH_CHECK(t[k].device() == t[0].device(), "operand ", k, " is on another device");
       for (int d = 0; d < nd; ++d) (d < nd - nred ? ost[k] : ist[k]).push_back(t[k].stride(d));
     }
     for (int d = 0; d < nd; ++d) (d < nd - nred ? os : is).push_back(t[0].size(d));
@@ -85,6 +85,11 @@ struct Geom {
   }
 };
 
+}  // namespace kc
+"""
+
+CPU_GEOM = r"""
+namespace kc {
 template <class F, class C>
 static Acc split(int par, int64_t L, F f, C combine) {
   if (par <= 1 || L < 8192) return f(0, L);
@@ -176,6 +181,7 @@ def _loop(kernel: Kernel, targets: list[str], fast_tail: list[str], slow_tail: l
 def _prelude(kernel: Kernel) -> list[str]:
     lines = [f"void {kernel.name}(std::vector<torch::Tensor> t) {{",
              f"  TORCH_CHECK(t.size() == {len(kernel.operands)}, \"{kernel.name}: wrong operand count\");",
+             "  TORCH_CHECK(t[0].device().is_cpu(), \"CPU tensors expected\");",
              f"  const kc::Geom g(t, {len(kernel.dims)});"]
     for i, op in enumerate(kernel.operands):
         const = "" if op.output else "const "
@@ -240,7 +246,7 @@ def render_rows(kernel: Kernel) -> list[str]:
 def render_cpu(plan: Plan) -> str:
     """The cpp_sources text: includes, helpers, one function per kernel."""
     parts = ["#include <torch/extension.h>", "#include <omp.h>", "#include <algorithm>", "#include <cmath>",
-             "#include <vector>", HELPERS]
+             "#include <vector>", GEOM, CPU_HELPERS]
     for kernel in plan.kernels:
         body = render_rows(kernel) if kernel.dims else render_pointwise(kernel)
         parts.append("\n".join(body) + "\n")

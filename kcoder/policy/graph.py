@@ -208,7 +208,7 @@ def _reduction(packet: str, overload: str, args: list[Any], kwargs: dict[str, An
         return [Node(name, "tuple", packet, args, (), "", {"dims": dims, "keepdim": keepdim,
                                                           "correction": kwargs.get("correction", 1)}, aten)]
     if packet == "var":
-        corr = kwargs.get("correction", 1)
+        corr = args[2] if aten.startswith("prims.") and len(args) > 2 else kwargs.get("correction", 1)
         return _var(name, x, dims, 1 if corr is None else corr, keepdim, g, aten)
     if packet == "mean":
         return _mean(name, x, dims, keepdim, g, aten)
