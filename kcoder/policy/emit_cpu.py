@@ -88,7 +88,7 @@ struct Geom {
 }  // namespace kc
 """
 
-CPU_GEOM = r"""
+CPU_HELPERS = r"""
 namespace kc {
 template <class F, class C>
 static Acc split(int par, int64_t L, F f, C combine) {

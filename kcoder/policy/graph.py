@@ -130,6 +130,8 @@ def _normalize(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node
     reduced = _reduction(packet, overload, args, kwargs, base, g)
     if reduced is not None:
         return reduced
+    if packet == "gather" and len(args) >= 3 and isinstance(args[2], Ref):
+        return _gather(name, args, g, op)
     if packet in VIEWS:
         return [Node(kind="view", op=packet, args=args, attrs=kwargs, **base)]
     if packet in LIBRARY:
@@ -214,6 +216,22 @@ def _reduction(packet: str, overload: str, args: list[Any], kwargs: dict[str, An
         return _mean(name, x, dims, keepdim, g, aten)
     kind = {"amax": "max", "amin": "min"}.get(packet, packet)
     return [_reduce_node(name, kind, x, dims, keepdim, g, aten)]
+
+
+def _gather(name: str, args: list[Any], g: Graph, aten: str) -> list[Node]:
+    """gather(x, d, index) with one index per row along d (cross-entropy's pick of the target's
+    log-probability): sum over d of where(position == index, x, 0), a row reduction."""
+    x, dim, index = args[0], args[1], args[2]
+    xs, idx_shape = _in_shape(g, x), _in_shape(g, index)
+    dim %= len(xs)
+    if len(idx_shape) != len(xs) or idx_shape[dim] != 1:
+        return [Node(name, "unsupported", "gather", args, idx_shape, "torch.float32", {}, aten)]
+    pos = Node(f"{name}__pos", "pw", "iota", [], xs, "torch.int64", {"dim": dim}, aten)
+    hit = Node(f"{name}__hit", "pw", "eq", [Ref(pos.name), index], xs, "torch.bool", {}, aten)
+    pick = Node(f"{name}__pick", "pw", "where", [Ref(hit.name), x, 0.0], xs, g.nodes[x.name].dtype, {}, aten)
+    for node in (pos, hit, pick):
+        g.nodes[node.name] = node
+    return [_reduce_node(name, "sum", Ref(pick.name), [dim], True, g, aten, g.nodes[x.name].dtype)]
 
 
 def _getitem(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node]:

@@ -138,6 +138,8 @@ def render(op: str, args: list[Any], kwargs: dict[str, Any], ctype: str) -> str:
     """The C++ expression of pointwise `op` over `args` (C++ names or Python scalars)."""
     if op == "const":
         return f"(({ctype}){lit(args[0])})"
+    if op == "iota":  # the position along the (single) reduced dim: the row loop's index
+        return f"(({ctype})r)"
     if op == "cast":
         return f"(({ctype}){_a(args, 0)})"
     expr = POINTWISE[op](args, kwargs)

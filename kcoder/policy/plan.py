@@ -351,6 +351,8 @@ class KernelBuilder:
         return var, level
 
     def _pointwise(self, node: Node, ctx: str) -> tuple[str, int]:
+        if node.op == "iota" and (ctx != "full" or self.k.dims != (node.attrs["dim"],)):
+            raise _NeedMaterialized(node.name)  # a position is only known in its own row loop
         args, level, row = [], -1, ctx != "full"
         for a in node.args:
             if isinstance(a, Ref):
