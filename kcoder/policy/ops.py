@@ -105,7 +105,7 @@ POINTWISE: dict[str, Render] = {
     "erfc": _unary("erfcf({x})"), "reciprocal": _unary("(1.0f / {x})"),
     "floor": _unary("floorf({x})"), "ceil": _unary("ceilf({x})"), "trunc": _unary("truncf({x})"),
     "round": _unary("nearbyintf({x})"), "square": _unary("({x} * {x})"),
-    "sign": _unary("(({x} > 0.0f) - ({x} < 0.0f) + 0.0f * {x})"),
+    "sign": _unary("((float)(({x} > 0.0f) - ({x} < 0.0f)))"),  # sign(NaN) is 0 in PyTorch
     "relu": _unary("({x} < 0.0f ? 0.0f : {x})"), "gelu": _gelu,
     "silu": _unary("({x} / (1.0f + expf(-({x}))))"),
     "hardtanh": lambda a, kw: _clamp(a[0], a[1] if len(a) > 1 else -1.0, a[2] if len(a) > 2 else 1.0),
