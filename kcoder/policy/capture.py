@@ -50,7 +50,8 @@ def _decompositions() -> dict[Any, Any]:
     from kcoder.policy import decomp
 
     table.update(get_decompositions([
-        aten._softmax, aten._log_softmax, aten.logsumexp, aten.mse_loss, aten.smooth_l1_loss, aten.huber_loss, aten.l1_loss, aten.addmm,
+        aten._softmax, aten._log_softmax, aten.logsumexp, aten.mse_loss, aten.smooth_l1_loss,
+        aten.huber_loss, aten.l1_loss, aten.addmm,
         aten.rms_norm, aten.linear, aten.matmul, aten.nll_loss_forward, aten.binary_cross_entropy,
     ]))
     table.update(decomp.table())  # normalizations as means (decomp.py says why)
@@ -106,8 +107,8 @@ def _trace(problem: Path) -> dict[str, Any]:
     import importlib.util
 
     import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     spec = importlib.util.spec_from_file_location("kcoder_policy_problem", problem)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-from kcoder.policy.plan import Kernel, Stmt
+from kcoder.policy.kernel import Kernel, Stmt
+
+LoadFn = Callable[[int], str]
 
 _VAR = re.compile(r"\bv_\w+")
 _LOAD = re.compile(r"LOAD(\d+)")
@@ -29,7 +32,7 @@ def closure(kernel: Kernel, targets: list[str]) -> list[Stmt]:
     return [s for s in kernel.stmts if s.var in need]
 
 
-def substitute(expr: str, load: "LoadFn") -> str:
+def substitute(expr: str, load: LoadFn) -> str:
     return _LOAD.sub(lambda m: load(int(m.group(1))), expr)
 
 
@@ -41,7 +44,3 @@ def row_levels(kernel: Kernel) -> dict[int, list[Stmt]]:
             out.setdefault(s.level, []).append(s)
     return out
 
-
-from collections.abc import Callable  # noqa: E402
-
-LoadFn = Callable[[int], str]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.emit_cpu import GEOM
-from kcoder.policy.plan import Kernel, Plan
+from kcoder.policy.kernel import Kernel, Plan
 
 TUNE = {"THREADS": [128, 256, 512, 1024], "EPT": [1, 2, 4]}
 CONFIG = {"THREADS": 256, "EPT": 1}

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 from kcoder.policy import ops
 from kcoder.policy.graph import DTYPES, Graph, Node, Ref
+from kcoder.policy.kernel import Kernel, Operand, Plan, Stage, Stmt
 
 
 class Unsupported(Exception):
@@ -36,71 +36,13 @@ class _NeedMaterialized(Exception):
         self.name = name
 
 
-@dataclass
-class Operand:
-    """A tensor the kernel reads (or writes: `output`), as a Python expression of its view."""
-
-    expr: str
-    ctype: str
-    row: bool  # read once per outer index (constant over D)
-    expect: int  # inner stride the fast path assumes (0: broadcast along the last dim)
-    output: bool = False
-
-
-@dataclass
-class Stmt:
-    var: str
-    ctype: str
-    expr: str
-    row: bool
-    level: int  # row values: the stage after which it can be computed (-1: at the row start)
-    deps: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Stage:
-    kind: str  # sum, prod, max, min, argmax, argmin
-    value: str  # the full-context value reduced
-    result: str  # the row value it defines
-    ctype: str
-
-
-@dataclass
-class Kernel:
-    name: str
-    domain: tuple[int, ...]
-    dims: tuple[int, ...]
-    operands: list[Operand] = field(default_factory=list)
-    stmts: list[Stmt] = field(default_factory=list)
-    stages: list[Stage] = field(default_factory=list)
-    stores: list[tuple[int, str]] = field(default_factory=list)  # (operand index, value)
-
-    @property
-    def perm(self) -> list[int]:
-        return [d for d in range(len(self.domain)) if d not in self.dims] + list(self.dims)
-
-    def describe(self) -> str:
-        if not self.dims:
-            return f"pointwise over {list(self.domain)}"
-        kinds = "+".join(s.kind for s in self.stages)
-        return f"row reduction ({kinds}) over dims {list(self.dims)} of {list(self.domain)}"
-
-
-@dataclass
-class Plan:
-    kernels: list[Kernel]
-    lines: list[str]  # forward's body
-    returns: list[str]
-    needs: set[str]  # "gemm"/"conv" library calls used
-
-
 def _pad(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     return (1,) * (rank - len(shape)) + tuple(shape)
 
 
 def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """`shape` broadcasts (right-aligned) to `target`."""
-    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(_pad(shape, len(target)), target))
+    return len(shape) <= len(target) and all(s in (1, t) for s, t in zip(_pad(shape, len(target)), target, strict=True))
 
 
 def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -187,7 +129,8 @@ class Planner:
             call = (f"torch.nn.functional.conv_transpose{nd}d({x}, {w}, {b}, {tuple(stride)}, {tuple(padding)}, "
                     f"{tuple(out_pad)}, {groups}, {tuple(dilation)})")
         else:
-            call = f"torch.nn.functional.conv{nd}d({x}, {w}, {b}, {tuple(stride)}, {tuple(padding)}, {tuple(dilation)}, {groups})"
+            call = (f"torch.nn.functional.conv{nd}d({x}, {w}, {b}, {tuple(stride)}, {tuple(padding)}, "
+                    f"{tuple(dilation)}, {groups})")
         self._assign(node.name, call)
 
     def _kernel(self, root: Node) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kcoder.policy import emit_cpu, emit_cuda
 from kcoder.policy.graph import Graph
-from kcoder.policy.plan import Plan
+from kcoder.policy.kernel import Plan
 
 HEADER = '''"""Written by kcoder's built-in policy (no LLM) from {problem}.
 

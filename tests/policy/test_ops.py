@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kcoder.policy.emit_cpu import CPU_MATH
 from kcoder.policy.ops import render
 
 X = [-30.0, -4.0, -2.5, -1.0, -0.3, 0.0, 0.2, 0.7, 1.0, 3.1, 6.5, 25.0, float("nan")]
@@ -39,12 +40,12 @@ BINARY = [
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
-def _run_cpp(exprs: list[str], tmp_path: Path) -> list[list[float]]:
+def _run_cpp(exprs: list[str], tmp_path: Path, prelude: str = "") -> list[list[float]]:
     xs = ", ".join("NAN" if v != v else f"{v}f" for v in X)
     ys = ", ".join(f"{v}f" for v in Y)
     body = "\n".join(f'    std::printf("%.9g ", (double)({e}));' if i == 0 else
                      f'    std::printf("%.9g ", (double)({e}));' for i, e in enumerate(exprs))
-    src = (f"#include <cmath>\n#include <cstdio>\n#include <cstdint>\nint main() {{\n"
+    src = (f"#include <cmath>\n#include <cstdio>\n#include <cstdint>\n#include <cstring>\n{prelude}\nint main() {{\n"
            f"  const float xs[] = {{{xs}}};\n  const float ys[] = {{{ys}}};\n"
            f"  for (int i = 0; i < {len(X)}; ++i) {{\n    const float x = xs[i], y = ys[i];\n"
            f"{body}\n    std::printf(\"\\n\");\n  }}\n}}\n")
@@ -52,13 +53,16 @@ def _run_cpp(exprs: list[str], tmp_path: Path) -> list[list[float]]:
     subprocess.run(["g++", "-O2", "-o", str(tmp_path / "ops"), str(tmp_path / "ops.cpp")], check=True)
     out = subprocess.run([str(tmp_path / "ops")], capture_output=True, text=True, check=True).stdout
     rows = [list(map(float, line.split())) for line in out.strip().splitlines()]
-    return [list(col) for col in zip(*rows)]
+    return [list(col) for col in zip(*rows, strict=True)]
 
 
-def test_each_formula_matches_pytorch(tmp_path):
+@pytest.mark.parametrize("math", ["libm", "cpu-vector"])
+def test_each_formula_matches_pytorch(tmp_path, math):
+    """With libm (the CUDA text uses the same names) and with the cpu target's branch-free
+    expf/erff/tanhf, which replace libm's in the generated C++."""
     exprs = [render(op, ["x", *extra], kw, "float") for op, extra, kw, _ in CASES]
     exprs += [render(op, ["x", "y"], {}, "float") for op, _ in BINARY]
-    columns = _run_cpp(exprs, tmp_path)
+    columns = _run_cpp(exprs, tmp_path, CPU_MATH if math == "cpu-vector" else "")
     x, y = torch.tensor(X), torch.tensor(Y)
     refs = [ref(x) for *_, ref in CASES] + [ref(x, y) for _, ref in BINARY]
     names = [c[0] for c in CASES] + [b[0] for b in BINARY]
