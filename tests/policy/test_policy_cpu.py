@@ -90,7 +90,8 @@ def test_optimize_without_model_through_the_cli(tmp_path):
 
 
 @pytest.mark.slow
-def test_start_builtin_hands_the_tuned_kernel_to_the_model(scripted, tmp_path, api_key):
+def test_start_builtin_hands_the_tuned_kernel_to_the_model(scripted, tmp_path, monkeypatch):
+    monkeypatch.setenv("KCODER_API_KEY", "test")  # what kcoder sends to an --api-base server
     problem = _copy(EXAMPLE, tmp_path)
     server = scripted([reply("Reading the kernel I start from.", call("read_file", path="model_new.py")),
                        reply("It stays as it is.", call("finish", summary="kept the built-in kernel"))])
