@@ -25,7 +25,6 @@ class Stmt:
     expr: str
     row: bool
     level: int  # row values: the stage after which it can be computed (-1: at the row start)
-    deps: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -13,7 +13,6 @@ strides, so broadcasting and non-contiguous inputs need no copy.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any
 
@@ -356,6 +355,3 @@ def plan_graph(graph: Graph, allow: list[str]) -> Plan:
     """The kernels and forward steps for `graph`; Unsupported names what cannot be lowered."""
     return Planner(graph, allow).plan()
 
-
-def size_of(shape: tuple[int, ...]) -> int:
-    return math.prod(shape) if shape else 1
