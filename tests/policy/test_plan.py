@@ -82,6 +82,17 @@ def test_gemm_needs_allow_then_keeps_the_library_call(graphs):
     assert any(line.startswith("t_mm = torch.mm(inputs[0], t_permute)") for line in lines)
 
 
+def test_conv_then_batch_norm_is_one_epilogue_kernel(graphs):
+    graph = graphs(HERE / "conv_bn_relu.py")
+    with pytest.raises(Unsupported, match=r"aten\.convolution\.default x1 \(library conv needs --allow conv\)"):
+        plan_graph(graph, [])
+    plan = plan_graph(graph, ["conv"])
+    assert [k.describe() for k in plan.kernels] == ["row reduction (sum+sum) over dims [0, 2, 3] of [2, 8, 9, 11]"]
+    source = render_program(plan, graph, "cpu", "conv_bn_relu.py")
+    assert "torch.nn.functional.conv2d(inputs[0]" in source
+    assert ("'bn.running_mean', (8,), 'float32', 'buffer'") in source  # the state dict's names
+
+
 def test_unsupported_ops_are_counted_by_name(graphs):
     with pytest.raises(Unsupported) as info:
         plan_graph(graphs(HERE / "cumsum.py"), [])
