@@ -40,8 +40,9 @@ def verdict_line(v: Verdict, label: str, seconds: float, stop_after: str) -> tup
     passed = v.compiled if stop_after == "build" else v.correct
     if v.correct and v.candidate_us is not None:
         per_call = f"{v.candidate_us / 1000:,.2f} ms" if v.candidate_us >= 1000 else f"{v.candidate_us:,.1f} us"
-        what = (f"{v.speedup_vs_eager or 0:.2f}x vs eager, {v.speedup_vs_compile or 0:.2f}x vs torch.compile "
-                f"({per_call}, reward {v.reward})")
+        # a tuning point is timed without the torch.compile baseline: no "0.00x" for it
+        vs_compile = "" if v.speedup_vs_compile is None else f", {v.speedup_vs_compile:.2f}x vs torch.compile"
+        what = f"{v.speedup_vs_eager or 0:.2f}x vs eager{vs_compile} ({per_call}, reward {v.reward})"
     elif v.correct:
         what = f"correct on {v.n_input_sets} input sets" if v.n_input_sets else v.reason
     elif passed:
