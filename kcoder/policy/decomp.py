@@ -95,6 +95,23 @@ def _functional(x: torch.Tensor, weight: Any, bias: Any, running_mean: Any, runn
     return out, mean, rstd, running_mean, running_var
 
 
+def vector_norm(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    """|x|_p over `dim` as a sum (or max/min for +-inf) of |x|^p: a row reduction."""
+    dims = list(range(x.dim())) if dim is None or dim == [] else dim
+    a = x.abs()
+    if ord == float("inf"):
+        return a.amax(dims, keepdim=keepdim)
+    if ord == float("-inf"):
+        return a.amin(dims, keepdim=keepdim)
+    if ord == 0:
+        return (x != 0).to(x.dtype).sum(dims, keepdim=keepdim)
+    if ord == 1:
+        return a.sum(dims, keepdim=keepdim)
+    if ord == 2:
+        return torch.sqrt((x * x).sum(dims, keepdim=keepdim))
+    return torch.pow(torch.pow(a, ord).sum(dims, keepdim=keepdim), 1.0 / ord)
+
+
 class PythonLevel(torch.overrides.TorchFunctionMode):
     """instance_norm is decomposed by ATen itself before a decomposition table sees it (into a
     `repeat` of the weights, a copy): replace it where Python calls it."""
@@ -117,6 +134,7 @@ class PythonLevel(torch.overrides.TorchFunctionMode):
 def table() -> dict[Any, Any]:
     return {
         aten.native_layer_norm.default: layer_norm,
+        aten.linalg_vector_norm.default: vector_norm,
         aten.native_group_norm.default: group_norm,
         aten.native_batch_norm.default: batch_norm,
         aten._native_batch_norm_legit.default: _legit,

@@ -52,6 +52,9 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
         return Generated(None, error=str(exc))
     except Unsupported as exc:
         return Generated(None, unsupported=dict(Counter(exc.census)), error=str(exc))
+    except Exception as exc:  # noqa: BLE001  a policy bug must end the run with a reason, not a traceback
+        return Generated(None, error=f"kcoder's built-in policy failed on this module (a kcoder bug): "
+                                     f"{type(exc).__name__}: {exc}")
     return Generated(render_program(plan, graph, settings.device, problem.name),
                      [f"{k.name}: {k.describe()}" for k in plan.kernels])
 
