@@ -93,6 +93,19 @@ def test_conv_then_batch_norm_is_one_epilogue_kernel(graphs):
     assert ("'bn.running_mean', (8,), 'float32', 'buffer'") in source  # the state dict's names
 
 
+def test_vector_norms_are_row_reductions(graphs, tmp_path):
+    problem = tmp_path / "norms.py"
+    problem.write_text(
+        "import torch\nimport torch.nn.functional as F\n\n\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, a, b):\n"
+        "        return a / torch.norm(a, p=2, dim=1, keepdim=True), F.cosine_similarity(a, b, dim=1)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(16, 64), torch.randn(16, 64)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    kinds = [k.describe() for k in plan_graph(graphs(problem), []).kernels]
+    assert kinds == ["row reduction (sum) over dims [1] of [16, 64]",
+                     "row reduction (sum+sum+sum) over dims [1] of [16, 64]"]
+
+
 def test_unsupported_ops_are_counted_by_name(graphs):
     with pytest.raises(Unsupported) as info:
         plan_graph(graphs(HERE / "cumsum.py"), [])
