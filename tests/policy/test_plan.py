@@ -122,6 +122,18 @@ def test_capture_error_names_the_file(tmp_path):
         capture_graph(bad, tmp_path / "work")
 
 
+@pytest.mark.parametrize("problem", ["reductions.py", "linear_epilogue.py", "conv_bn_relu.py"])
+def test_generated_files_pass_the_static_checks(graphs, problem):
+    from kcoder.evaluate.static import check_source
+
+    graph = graphs(HERE / problem)
+    plan = plan_graph(graph, ["gemm", "conv"])
+    for device in ("cpu", "cuda"):
+        source = render_program(plan, graph, device, problem)
+        findings = check_source(source, allow=["gemm", "conv"], reference_stems={Path(problem).stem})
+        assert findings == [], [f.describe("model_new.py") for f in findings]
+
+
 def test_cuda_source_for_each_family(graphs, tmp_path):
     """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags;
     when nvcc is present, the torch-free CUDA unit compiles."""
