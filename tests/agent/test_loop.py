@@ -268,3 +268,29 @@ def test_native_mode_accepts_text_calls_from_servers_without_a_parser(scripted, 
     assert code == 0
     obs = server.requests[1]["messages"][-1]
     assert obs["role"] == "user" and obs["content"].startswith(prompts.OBSERVATION_PREFIX)
+
+
+def test_builtin_policy_commits_its_kernel(problem, tmp_path, monkeypatch):
+    """--commit after a policy run: the kernel lands on kcoder/<problem>, recorded as builtin."""
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for var, value in (("HOME", str(home)), ("GIT_CONFIG_NOSYSTEM", "1"),
+                       ("GIT_CONFIG_GLOBAL", str(home / ".gitconfig")), ("GIT_CEILING_DIRECTORIES", str(tmp_path))):
+        monkeypatch.setenv(var, value)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=problem.parent, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.name", "Test User")
+    git("config", "user.email", "test@example.com")
+    git("add", ".")
+    git("commit", "-q", "-m", "initial")
+    code, out, run_dir = run_opt(problem, None, tmp_path, model=None, tune_trials=1, commit=True)
+    assert code == 0 and "committed" in out
+    assert "Kcoder-Model: builtin" in git("log", "-1", "--format=%B", "kcoder/scale_add")
+    committed = git("show", "kcoder/scale_add:kcoder/scale_add/model_new.py")
+    assert committed == (run_dir / "best" / "model_new.py").read_text()
+    assert git("status", "--porcelain") == ""  # the user's checkout is untouched
