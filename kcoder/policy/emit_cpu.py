@@ -203,29 +203,38 @@ _STAGE = {
 
 # The two copies of an element loop: literal unit/zero strides (vectorized), and computed
 # offsets (Geom::ioff: a multiply for one inner dim, as for a transposed input; div/mod for
-# several). A third, vectorized copy with run-time strides made GCC slow the first one down
-# (softmax rows 9x slower), so it is not there.
+# several). A third, vectorized copy with run-time strides slowed the first one down when it
+# was tried (before the restrict pointers were hoisted; not tried since).
 PATHS = ("fast", "generic")
-_OFFSET = re.compile(r"OFF(\d+)")
+_ELEMENT = re.compile(r"ELEM(\d+)")
 
 
-def _offset(kernel: Kernel, path: str, i: int) -> str:
+def _element_ref(kernel: Kernel, path: str, i: int) -> str:
+    """Operand i's element r. The fast path reads through restrict pointers hoisted out of the
+    loop (q_i = p_i + b_i): through the lambdas' captured pointers GCC reloads and checks them
+    in every iteration, which made a whole-tensor sum 10x slower."""
+    if kernel.operands[i].row:
+        return f"p{i}[b{i}]"
     if path == "fast":
-        return "r" if kernel.operands[i].expect else "0"
-    return f"g.ioff({i}, r)"
+        return f"q{i}[r]" if kernel.operands[i].expect else f"q{i}[0]"
+    return f"p{i}[b{i} + g.ioff({i}, r)]"
 
 
 def _load_fn(kernel: Kernel, path: str):
-    def load(i: int) -> str:
-        if kernel.operands[i].row:
-            return f"p{i}[b{i}]"
-        return f"p{i}[b{i} + {_offset(kernel, path, i)}]"
-    return load
+    return lambda i: _element_ref(kernel, path, i)
 
 
 def _full_store_lines(kernel: Kernel) -> list[str]:
-    return [f"p{idx}[b{idx} + OFF{idx}] = {value};" for idx, value in kernel.stores
-            if not kernel.operands[idx].row]
+    return [f"ELEM{idx} = {value};" for idx, value in kernel.stores if not kernel.operands[idx].row]
+
+
+def _hoisted(kernel: Kernel, indent: str) -> list[str]:
+    out = []
+    for i, op in enumerate(kernel.operands):
+        if not op.row:
+            const = "" if op.output else "const "
+            out.append(f"{indent}{const}{op.ctype}* __restrict__ q{i} = p{i} + b{i};")
+    return out
 
 
 def _loop(kernel: Kernel, targets: list[str], tail: list[str], pragma: str, indent: str) -> list[str]:
@@ -234,14 +243,15 @@ def _loop(kernel: Kernel, targets: list[str], tail: list[str], pragma: str, inde
         load = _load_fn(kernel, path)
         head = {"fast": "if (fast) {", "generic": "} else {"}[path]
         out.append(indent + head)
-        if path != "generic":
+        if path == "fast":
+            out += _hoisted(kernel, indent + "  ")
             out.append(f"{indent}  #pragma omp simd {pragma}".rstrip())
         out.append(f"{indent}  for (int64_t r = r0; r < r1; ++r) {{")
         for s in closure(kernel, targets):
             out.append(f"{indent}    const {s.ctype} {s.var} = {substitute(s.expr, load)};")
         for t in tail:
-            line = _OFFSET.sub(lambda m, path=path: _offset(kernel, path, int(m.group(1))), substitute(t, load))
-            out.append(f"{indent}    {line}")
+            line = _ELEMENT.sub(lambda m, path=path: _element_ref(kernel, path, int(m.group(1))), t)
+            out.append(f"{indent}    {substitute(line, load)}")
         out.append(f"{indent}  }}")
     out.append(indent + "}")
     return out
