@@ -217,9 +217,14 @@ def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
     MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE,
-    NO_PREFLIGHT)
+    NO_PREFLIGHT,
+    _option("start", Annotated[str | None, typer.Option(
+        help="builtin: with --model, start the model from the built-in policy's verified, tuned kernel.")]),
+    _option("tune_trials", Annotated[int | None, typer.Option(
+        help="Points the built-in policy's tuning judges (default 6).")]))
 def optimize_command(problem: ProblemArg, **options: Any) -> None:
-    """Let the agent write, verify and time kernels for PROBLEM until it beats torch.compile."""
+    """Write, verify, tune and time kernels for PROBLEM until one beats torch.compile: with
+    --model an LLM agent, without one kcoder's built-in policy (templates + autotuning)."""
     from kcoder.agent.optimize import optimize
     from kcoder.ui import Output
 

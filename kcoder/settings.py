@@ -65,6 +65,8 @@ class Settings:
     runs_dir: Path | None = None
     resume: Path | None = None
     commit: bool = False  # optimize: commit the best verified kernel afterwards
+    start: str | None = None  # optimize with a model: "builtin" starts from the built-in policy's kernel
+    tune_trials: int | None = None  # the built-in policy's tuning budget (points judged)
     verbose: bool = False  # optimize, chat: show whole files and diffs after each tool call
     preflight: bool = True  # optimize: baselines and speed of light before the first turn
     # Evaluator knobs without an option (rounds, warm-up, time limits); tests and embedders.
@@ -93,6 +95,10 @@ class Settings:
         if self.tool_call is not None and self.tool_call not in TOOL_CALL_MODES:
             raise ValueError(f"tool-call mode must be one of {', '.join(TOOL_CALL_MODES)}, "
                              f"not {self.tool_call!r}")
+        if self.start not in (None, "builtin"):
+            raise ValueError(f"--start must be builtin, not {self.start!r}")
+        if self.tune_trials is not None and self.tune_trials < 1:
+            raise ValueError("--tune-trials must be at least 1")
         if self.target <= 0 or self.max_turns < 1:
             raise ValueError("--target must be > 0 and --max-turns at least 1")
 

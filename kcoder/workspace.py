@@ -288,5 +288,20 @@ def render_report_md(report: dict[str, Any]) -> str:
             f"{_fmt(best.get('eager_us'), ' us')}  ·  compile: {_fmt(best.get('compile_us'), ' us')}"),
             f"- share of the speed of light: {_fmt(best.get('candidate_sol_fraction'))}",
         ]
+    lines += _policy_md(report.get("policy"))
     lines.append("")
     return "\n".join(lines)
+
+
+def _policy_md(policy: dict[str, Any] | None) -> list[str]:
+    """The built-in policy's section: its kernels, or the ops it could not lower."""
+    if not policy:
+        return []
+    lines = ["", "## Built-in policy", ""]
+    lines += [f"- {k}" for k in policy.get("kernels", [])]
+    if policy.get("unsupported"):
+        listed = ", ".join(f"{op} x{n}" for op, n in policy["unsupported"].items())
+        lines.append(f"- unsupported: {listed}")
+    if policy.get("error") and not policy.get("unsupported"):
+        lines.append(f"- {policy['error']}")
+    return lines

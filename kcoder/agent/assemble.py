@@ -40,9 +40,15 @@ def build_agent(settings: Settings, workspace: Workspace, out: ui.Output, *, mod
     `profiler` replace kcoder's judge and profiler (tests). Raises ValueError like
     `resolve_model`."""
     profile, tool_mode = resolve_model(settings)
-    llm = LLM(model=settings.model or "", api_base=settings.api_base, tool_mode=tool_mode,
-              temperature=profile.temperature, max_output_tokens=profile.max_output_tokens,
-              stream=settings.stream, on_text=out.assistant_text, on_notice=out.warn)
+    llm: Any
+    if settings.model or mode == "chat":
+        llm = LLM(model=settings.model or "", api_base=settings.api_base, tool_mode=tool_mode,
+                  temperature=profile.temperature, max_output_tokens=profile.max_output_tokens,
+                  stream=settings.stream, on_text=out.assistant_text, on_notice=out.warn)
+    else:  # no model: kcoder's built-in policy answers the loop's queries
+        from kcoder.policy.driver import PolicyModel
+
+        llm, tool_mode = PolicyModel(workspace, settings, on_text=out.assistant_text), "native"
     options = settings.eval_options()
     # Every evaluation and profile shows a live status and a one-line result (agent/status.py).
     ctx = ToolContext(workspace=workspace, options=options, skills=SkillCatalog.discover(),
@@ -74,7 +80,8 @@ def system_prompt(settings: Settings, ctx: ToolContext, toolbox: Toolbox, tool_m
 
 def _meta(settings: Settings, profile: Profile, tool_mode: str, mode: Mode) -> dict[str, Any]:
     """The head of each session's start record in the trajectory."""
-    return {**({"mode": "chat"} if mode == "chat" else {}), "model": settings.model,
+    model = settings.model or (None if mode == "chat" else "builtin")
+    return {**({"mode": "chat"} if mode == "chat" else {}), "model": model,
             "profile": profile.name, "tool_mode": tool_mode, "device": settings.device,
             "target": settings.target, "api_base": settings.api_base,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}

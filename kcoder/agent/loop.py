@@ -324,7 +324,9 @@ class Agent:
                 stop = stop or AgentStop("stuck", f"the same failing {call.name} call was repeated "
                                          f"{self._fail_count} times")
         if obs.finish and stop is None:
-            stop = AgentStop("finished", "the model called finish")
+            by = "the built-in policy finished its steps" if self.meta.get("model") == "builtin" else \
+                "the model called finish"
+            stop = AgentStop("finished", by)
         return stop
 
     def consider(self, tool: str, obs: Observation) -> AgentStop | None:

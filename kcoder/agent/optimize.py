@@ -1,12 +1,17 @@
 """`kcoder optimize`: a run directory, an agent (agent.assemble), the loop, the report.
 
+Without a model, kcoder's built-in policy (kcoder.policy) drives the same loop. With
+`--start builtin`, the policy runs first in the same run directory and the model starts from
+its verified, tuned kernel.
+
 Exit codes: 0 a verified candidate was produced (best/model_new.py), 1 none was, 2 bad
-input or usage (no model, bad problem file, unknown option value, missing API key).
+input or usage (bad problem file, unknown option value, missing API key).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kcoder import ui
 from kcoder.agent import prompts
@@ -20,14 +25,13 @@ from kcoder.settings import Settings
 from kcoder.verdict import plain_build_ok
 from kcoder.workspace import Workspace, WorkspaceError
 
-NO_MODEL_MESSAGE = """\
-kcoder optimize needs a model to write kernels, and none was given. There is no built-in
-(no-LLM) policy yet, so kcoder will not pretend to optimize without one. Pass --model:
-  kcoder optimize model.py --model anthropic/claude-sonnet-4-5        (set ANTHROPIC_API_KEY)
-  kcoder optimize model.py --model openai/gpt-5                        (set OPENAI_API_KEY)
-  kcoder optimize model.py --model hosted_vllm/<served-name> --api-base http://localhost:8000/v1
-                                                  (a local vLLM/SGLang server; no key needed)
-To judge a kernel you wrote yourself: kcoder eval model.py model_new.py"""
+BUILTIN_MESSAGE = ("no --model: running kcoder's built-in policy (kernels from templates, autotuned, "
+                   "no LLM); for an LLM agent pass --model, e.g. --model anthropic/claude-sonnet-4-5")
+BUILTIN_START_NOTE = """
+
+model_new.py already holds a verified, tuned kernel written by kcoder's built-in policy
+(no LLM): {verdict}. Start from it: read it, then make it faster. best/model_new.py is that
+kernel until you beat it."""
 
 
 def optimize(problem: Path, settings: Settings, out: ui.Output, *,
@@ -36,8 +40,7 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
     on `out`, write the report; with `settings.commit`, commit the best kernel. Returns the
     exit code. `evaluator` replaces kcoder.evaluate.evaluate (tests)."""
     if not settings.model:
-        out.say(NO_MODEL_MESSAGE)
-        return 2
+        out.say(BUILTIN_MESSAGE)
     try:
         settings.validate()
         resolve_model(settings)  # a bad profile or a missing key: before a run directory exists
@@ -52,25 +55,57 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
         return 2
     from rich.text import Text
 
-    out.print(Text.assemble(("kcoder", "bold"), f" run directory: {ws.root}  ·  model {settings.model} "
+    model = agent.meta["model"]
+    out.print(Text.assemble(("kcoder", "bold"), f" run directory: {ws.root}  ·  model {model} "
                             f"({agent.meta['profile']}, {agent.meta['tool_mode']} tool calls)"))
     try:
         if settings.resume:
             agent.resume()
         else:
-            agent.start(prompts.task_prompt(ws.reference_source(), settings.device))
+            task = prompts.task_prompt(ws.reference_source(), settings.device)
+            if settings.start == "builtin" and settings.model:
+                task += start_from_builtin(ws, settings, out, evaluator)
+            agent.start(task)
+            agent.restore_best()  # the built-in policy's kernel, when it made one
     except AgentStop as exc:
         out.error(str(exc))
         return 2
     result = agent.run()
-    report = build_report(ws, result, model=settings.model, profile=agent.meta["profile"],
+    report = build_report(ws, result, model=model, profile=agent.meta["profile"],
                           device=settings.device, target=settings.target)
+    report.update(policy_notes(agent.llm, ws))
     ws.write_report(report)
     print_summary(out, report)
     code = 0 if result.best and plain_build_ok(result.best) else 1
     if settings.commit and code == 0 and result.status != "interrupted":  # stopped: commit nothing
-        code = commit_best(ws, problem, settings.model, out)
+        code = commit_best(ws, problem, model, out)
     return code
+
+
+def start_from_builtin(ws: Workspace, settings: Settings, out: ui.Output, evaluator: Evaluator | None) -> str:
+    """Run the built-in policy in `ws` first; put its best kernel in model_new.py. Returns the
+    note for the model's task ("" when the policy made no verified kernel)."""
+    from dataclasses import replace
+
+    out.say("--start builtin: the built-in policy writes the first kernel")
+    policy = build_agent(replace(settings, model=None, start=None), ws, out, evaluate=evaluator)
+    policy.start(prompts.task_prompt(ws.reference_source(), settings.device))
+    result = policy.run()
+    best = ws.best_verdict()
+    if best is None or result.status == "interrupted":
+        out.warn("the built-in policy made no verified kernel: the model starts from a blank page")
+        return ""
+    ws.candidate.write_bytes((ws.best_dir / "model_new.py").read_bytes())
+    return BUILTIN_START_NOTE.format(verdict=best.reason)
+
+
+def policy_notes(llm: object, ws: Workspace) -> dict[str, Any]:
+    """The built-in policy's kernels and unsupported ops for the report (also when it ran
+    first under --start builtin: its notes are in the run directory)."""
+    from kcoder.policy.driver import read_notes
+
+    notes = llm.notes() if hasattr(llm, "notes") else read_notes(ws)
+    return {"policy": notes} if notes else {}
 
 
 def commit_best(ws: Workspace, problem: Path, model: str, out: ui.Output) -> int:

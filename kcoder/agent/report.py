@@ -85,6 +85,11 @@ def print_summary(out: ui.Output, report: dict[str, Any]) -> None:
         ("cost", f"${report['cost']:.4f}"),
         ("report", str(Path(report["run_dir"]) / "report.md")),
     ]
+    policy = report.get("policy") or {}
+    if policy.get("kernels"):
+        rows.insert(6, ("kernels", "\n".join(policy["kernels"])))
+    if policy.get("error"):
+        rows.insert(6, ("policy", policy["error"]))
     for name, value in rows:
         table.add_row(name, Text(value))  # Text: a verdict reason may hold [brackets]
     out.print()

@@ -204,10 +204,15 @@ def test_resume_continues_the_conversation(scripted, problem, tmp_path, api_key)
     assert [r.get("resumed", False) for r in records if r["type"] == "start"] == [False, True]
 
 
-def test_no_model_is_honest(problem, tmp_path):
-    code, out, run_dir = run_opt(problem, None, tmp_path, model=None)
-    assert code == 2 and run_dir is None
-    assert "no built-in" in out and "--model" in out and "--api-base" in out
+def test_no_model_runs_the_builtin_policy_and_says_so(problem, tmp_path):
+    """The policy's steps through the loop (the fake evaluator: tests/policy builds for real)."""
+    code, out, run_dir = run_opt(problem, None, tmp_path, model=None, tune_trials=1)
+    assert out.startswith("no --model: running kcoder's built-in policy") and "--model" in out
+    report = report_of(run_dir)
+    # the fake evaluator's verdicts are fast: the tune step's benchmark reaches the target
+    assert code == 0 and report["model"] == "builtin" and report["status"] == "target_reached"
+    assert report["policy"]["kernels"] == ["k0: pointwise over [512, 1024]"]
+    assert (run_dir / "best" / "model_new.py").read_text().startswith('"""Written by kcoder\'s built-in policy')
 
 
 def test_missing_api_key(problem, tmp_path, monkeypatch):
@@ -263,3 +268,29 @@ def test_native_mode_accepts_text_calls_from_servers_without_a_parser(scripted, 
     assert code == 0
     obs = server.requests[1]["messages"][-1]
     assert obs["role"] == "user" and obs["content"].startswith(prompts.OBSERVATION_PREFIX)
+
+
+def test_builtin_policy_commits_its_kernel(problem, tmp_path, monkeypatch):
+    """--commit after a policy run: the kernel lands on kcoder/<problem>, recorded as builtin."""
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for var, value in (("HOME", str(home)), ("GIT_CONFIG_NOSYSTEM", "1"),
+                       ("GIT_CONFIG_GLOBAL", str(home / ".gitconfig")), ("GIT_CEILING_DIRECTORIES", str(tmp_path))):
+        monkeypatch.setenv(var, value)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=problem.parent, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.name", "Test User")
+    git("config", "user.email", "test@example.com")
+    git("add", ".")
+    git("commit", "-q", "-m", "initial")
+    code, out, run_dir = run_opt(problem, None, tmp_path, model=None, tune_trials=1, commit=True)
+    assert code == 0 and "committed" in out
+    assert "Kcoder-Model: builtin" in git("log", "-1", "--format=%B", "kcoder/scale_add")
+    committed = git("show", "kcoder/scale_add:kcoder/scale_add/model_new.py")
+    assert committed == (run_dir / "best" / "model_new.py").read_text()
+    assert git("status", "--porcelain") == ""  # the user's checkout is untouched

@@ -1,0 +1,107 @@
+"""Run kcoder's built-in policy over a problem set and print what it achieves.
+
+    python bench/policy.py --device cpu                          # the examples
+    python bench/policy.py --device cuda ~/KernelBench/KernelBench/level1 --allow gemm,conv
+
+Problems: files or folders (every *.py in a folder; an examples/<name>/ folder means its
+model.py) given on the command line, plus the examples unless --no-examples. Each problem is a
+full `kcoder optimize` run without a model (capture, templates, verify, tune --trials N,
+timing, plain-build check) in a scratch run directory. Prints per problem the outcome and
+speed-ups, then coverage (share with a verified candidate), the share at least 1.05x faster
+than eager and than torch.compile, geomean speed-ups over the verified ones, and failures by
+family (unsupported op, capture, build/verify).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kcoder.agent.optimize import optimize  # noqa: E402
+from kcoder.settings import Settings, parse_allow  # noqa: E402
+from kcoder.ui import Output  # noqa: E402
+
+
+def problems(paths: list[str], examples: bool) -> list[Path]:
+    found: list[Path] = []
+    for p in map(Path, paths):
+        found += sorted(q for q in p.glob("*.py") if not q.name.startswith("_")) if p.is_dir() else [p]
+    if examples:
+        found += sorted((ROOT / "examples").glob("*/model.py"))
+    return found
+
+
+def run_one(problem: Path, settings: Settings) -> dict:
+    from rich.console import Console
+
+    out = Output(Console(file=io.StringIO(), width=120))
+    code = optimize(problem, settings, out)
+    runs = sorted(settings.runs_dir.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
+    report = json.loads(runs[-1].read_text()) if runs else {}
+    return {"code": code, "report": report}
+
+
+def family(report: dict) -> str:
+    policy = report.get("policy") or {}
+    if policy.get("unsupported"):
+        return "unsupported: " + ", ".join(sorted(policy["unsupported"]))
+    if not policy.get("kernels"):
+        return "capture: " + (policy.get("error") or report.get("message", ""))[:80]
+    return "verify/build"
+
+
+def geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--allow", default="gemm,conv")
+    parser.add_argument("--trials", type=int, default=4)
+    parser.add_argument("--budget", type=float, default=1.0)
+    parser.add_argument("--no-examples", action="store_true")
+    parser.add_argument("--limit", type=int, default=0, help="at most this many problems")
+    args = parser.parse_args()
+    todo = problems(args.paths, not args.no_examples)[: args.limit or None]
+    rows, eager, compiled, failures = [], [], [], Counter()
+    with tempfile.TemporaryDirectory(prefix="kcoder-bench-policy-") as tmp:
+        for i, problem in enumerate(todo):
+            name = problem.parent.name if problem.name == "model.py" else problem.stem
+            settings = Settings(device=args.device, allow=parse_allow(args.allow), tune_trials=args.trials,
+                                budget=args.budget, runs_dir=Path(tmp) / f"{i:03d}")
+            result = run_one(problem, settings)
+            best = (result["report"] or {}).get("best")
+            if best and best.get("correct") and result["code"] == 0:
+                se, sc = best.get("speedup_vs_eager"), best.get("speedup_vs_compile")
+                eager += [se] if se else []
+                compiled += [sc] if sc else []
+                line = f"{name:40} verified  {se or 0:6.2f}x eager  {sc or 0:6.2f}x compile"
+            else:
+                fam = family(result["report"])
+                failures[fam.split(":")[0]] += 1
+                line = f"{name:40} FAILED    {fam}"
+            rows.append(line)
+            print(line, flush=True)
+    n = len(todo)
+    print(f"\n{n} problems on {args.device}: coverage {len(eager)}/{n} verified"
+          f" ({100 * len(eager) / max(n, 1):.0f}%)")
+    print(f"faster than eager (>= 1.05x): {sum(s >= 1.05 for s in eager)}/{n}; "
+          f"faster than torch.compile (>= 1.05x): {sum(s >= 1.05 for s in compiled)}/{n}")
+    ge, gc = geomean(eager), geomean(compiled)
+    print(f"geomean over verified: {ge or 0:.2f}x vs eager, {gc or 0:.2f}x vs torch.compile")
+    print("failures by family: " + (", ".join(f"{k} {v}" for k, v in failures.most_common()) or "none"))
+
+
+if __name__ == "__main__":
+    main()

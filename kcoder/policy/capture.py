@@ -1,0 +1,155 @@
+"""Capture `Model.forward` as a flat ATen graph, in a child process, as JSON.
+
+Why make_fx and not torch.export: make_fx traces the module once on the problem's own inputs
+(as fake tensors: shapes and dtypes, no compute) and returns a flat graph of ATen ops with
+every shape concrete, which is all a template generator needs. torch.export adds a strict
+Python frontend (dynamo), dynamic-shape constraints and guards that a fixed KernelBench problem
+does not have, and fails on more modules. The decomposition table is ATen's core set plus
+softmax and losses (and normalizations written as means: decomp.py), so that those reach the planner as the reductions
+and pointwise ops it knows (amax, sum, var_mean ... sub, exp, div).
+
+The problem's code runs only here, in a child started with `capture_graph`: kcoder's own
+process never imports a problem file (problem.py reads them statically).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kcoder.procs import child_env, run
+
+CAPTURE_TIMEOUT_S = 300.0
+
+
+class CaptureError(Exception):
+    """The module could not be traced; str() names the problem file and the cause."""
+
+
+def capture_graph(problem: Path, work: Path, timeout_s: float = CAPTURE_TIMEOUT_S) -> dict[str, Any]:
+    """The problem's graph as JSON data (see `_serialize`), traced in a child process."""
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / "graph.json"
+    res = run([sys.executable, "-m", "kcoder.policy.capture", str(problem), str(out)], timeout_s,
+              cwd=work, env=child_env())
+    if res.rc != 0 or not out.is_file():
+        lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+        why = "timed out" if res.timed_out else (lines[-1] if lines else f"exit code {res.rc}")
+        raise CaptureError(f"{problem}: could not trace Model.forward: {why}")
+    return json.loads(out.read_text())
+
+
+def _decompositions() -> dict[Any, Any]:
+    import torch
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    from kcoder.policy import decomp
+
+    table.update(get_decompositions([
+        aten._softmax, aten._log_softmax, aten.logsumexp, aten.mse_loss, aten.smooth_l1_loss,
+        aten.huber_loss, aten.l1_loss, aten.addmm,
+        aten.rms_norm, aten.linear, aten.matmul, aten.nll_loss_forward, aten.binary_cross_entropy,
+    ]))
+    table.update(decomp.table())  # normalizations as means (decomp.py says why)
+    return table
+
+
+def _arg(value: Any) -> Any:
+    import torch
+    import torch.fx
+
+    if isinstance(value, torch.fx.Node):
+        return {"ref": value.name}
+    if isinstance(value, (list, tuple)):
+        return [_arg(v) for v in value]
+    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return {"const": str(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return {"const": repr(value)}
+
+
+def _meta(node: Any) -> dict[str, Any]:
+    import torch
+
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return {"shape": list(val.shape), "dtype": str(val.dtype)}
+    if isinstance(val, (list, tuple)):
+        return {"shape": None, "dtype": None, "items": [
+            {"shape": list(v.shape), "dtype": str(v.dtype)} if isinstance(v, torch.Tensor) else None
+            for v in val]}
+    return {"shape": None, "dtype": None}
+
+
+def _serialize(gm: Any, placeholders: list[dict[str, Any]], n_inputs: int) -> dict[str, Any]:
+    nodes, outputs = [], []
+    kinds = iter(placeholders)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            nodes.append({"name": node.name, "op": "placeholder", **next(kinds), **_meta(node)})
+        elif node.op == "call_function":
+            nodes.append({"name": node.name, "op": str(node.target), "args": _arg(list(node.args)),
+                          "kwargs": {k: _arg(v) for k, v in node.kwargs.items()}, **_meta(node)})
+        elif node.op == "output":
+            result = node.args[0]
+            outputs = [_arg(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+        else:
+            nodes.append({"name": node.name, "op": f"{node.op}:{node.target}", "shape": None, "dtype": None})
+    return {"nodes": nodes, "outputs": outputs, "n_forward_args": n_inputs}
+
+
+def _trace(problem: Path) -> dict[str, Any]:
+    import importlib.util
+
+    import torch
+    from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    spec = importlib.util.spec_from_file_location("kcoder_policy_problem", problem)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    model = module.Model(*module.get_init_inputs())  # training mode, as the evaluator runs it
+    inputs = list(module.get_inputs())
+    params = dict(model.named_parameters())
+    persistent = set(model.state_dict())
+    buffers = dict(model.named_buffers())
+    names = list(params) + list(buffers)
+    tensor_pos = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)]
+    placeholders = [{"role": "param", "key": n} for n in params]
+    placeholders += [{"role": "buffer" if n in persistent else "constant_buffer", "key": n} for n in buffers]
+    placeholders += [{"role": "input", "key": i} for i in tensor_pos]
+
+    def forward(*args: Any) -> Any:
+        state = dict(zip(names, args[:len(names)], strict=True))
+        full = list(inputs)
+        for pos, value in zip(tensor_pos, args[len(names):], strict=True):
+            full[pos] = value
+        with PythonLevel():  # inside the trace: make_fx sets its own function modes aside
+            return functional_call(model, state, tuple(full))
+
+    from kcoder.policy.decomp import PythonLevel
+
+    with torch.no_grad():
+        gm = make_fx(forward, decomposition_table=_decompositions(), tracing_mode="fake")(
+            *params.values(), *buffers.values(), *(inputs[i] for i in tensor_pos))
+    return _serialize(gm, placeholders, len(inputs))
+
+
+def main() -> None:
+    problem, out = Path(sys.argv[1]), Path(sys.argv[2])
+    try:
+        data = _trace(problem)
+    except Exception as exc:  # the parent reports the last line: the cause, in one line
+        print(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+              file=sys.stderr)
+        sys.exit(1)
+    out.write_text(json.dumps(data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The built-in policy as the agent's model: the ordinary agent loop runs its steps as tool
+calls, so a policy run has the same run directory, trajectory, verdicts, best candidate,
+report, --resume, --commit and chat /accept as an LLM run.
+
+Steps: capture and plan the module, write model_new.py from the templates -> verify ->
+tune its TUNE space (the tune tool writes the best CONFIG back and benchmarks it) -> finish.
+A module with ops the policy cannot lower ends at the first step, naming them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kcoder.agent.llm import Reply, ToolCall, Usage
+from kcoder.settings import Settings
+from kcoder.workspace import CANDIDATE, Workspace
+
+MODEL_NAME = "builtin"
+DEFAULT_TRIALS = 6
+
+
+@dataclass
+class Generated:
+    """What the policy made of a problem: the candidate's text, or why there is none."""
+
+    source: str | None
+    kernels: list[str] = field(default_factory=list)
+    unsupported: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+    def summary(self) -> str:
+        if self.source is not None:
+            return f"{len(self.kernels)} kernel(s): " + "; ".join(self.kernels)
+        return self.error
+
+
+def generate(problem: Path, settings: Settings, work: Path) -> Generated:
+    """Capture, plan and render `problem` for settings.device (settings.allow: library calls)."""
+    from kcoder.policy.capture import CaptureError, capture_graph
+    from kcoder.policy.graph import load_graph
+    from kcoder.policy.plan import Unsupported, plan_graph
+    from kcoder.policy.program import render_program
+
+    try:
+        graph = load_graph(capture_graph(problem, work))
+        plan = plan_graph(graph, settings.allow)
+    except CaptureError as exc:
+        return Generated(None, error=str(exc))
+    except Unsupported as exc:
+        return Generated(None, unsupported=dict(Counter(exc.census)), error=str(exc))
+    except Exception as exc:  # noqa: BLE001  a policy bug must end the run with a reason, not a traceback
+        return Generated(None, error=f"kcoder's built-in policy failed on this module (a kcoder bug): "
+                                     f"{type(exc).__name__}: {exc}")
+    return Generated(render_program(plan, graph, settings.device, problem.name),
+                     [f"{k.name}: {k.describe()}" for k in plan.kernels])
+
+
+def read_notes(ws: Workspace) -> dict[str, Any]:
+    """The policy's notes in a run directory ({} when the policy did not run there)."""
+    path = ws.root / "policy" / "notes.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class PolicyModel:
+    """The LLM interface (query, usage, tool_mode) answered by the policy's fixed steps."""
+
+    tool_mode = "native"
+
+    def __init__(self, workspace: Workspace, settings: Settings, on_text: Any = None) -> None:
+        self.ws, self.settings, self.on_text = workspace, settings, on_text
+        self.usage = Usage()
+        self.generated: Generated | None = None
+
+    def notes(self) -> dict[str, Any]:
+        """What the report says about the policy's work (kernels, unsupported ops)."""
+        return read_notes(self.ws)
+
+    def query(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        step = sum(1 for m in messages if m.get("role") == "assistant")
+        self.usage.calls += 1
+        if step == 0:
+            return self._write()
+        if step == 1 and self.ws.candidate.is_file():
+            return self._reply("Verify the generated kernels on fresh inputs.", "verify", {})
+        if step == 2 and self.ws.best_verdict() is not None:
+            trials = self.settings.tune_trials or DEFAULT_TRIALS
+            return self._reply(f"Verified. Tune the declared space ({trials} points at most).", "tune",
+                               {"trials": trials})
+        done = "The policy's steps are done." if self.ws.best_verdict() else "No verified kernel."
+        return self._reply(done, "finish", {"summary": done})
+
+    def _write(self) -> Reply:
+        work = self.ws.root / "policy"
+        g = self.generated = generate(self.ws.reference, self.settings, work)
+        work.mkdir(exist_ok=True)
+        (work / "notes.json").write_text(json.dumps({"kernels": g.kernels, "unsupported": g.unsupported,
+                                                      "error": g.error}, indent=1))
+        if g.source is None:
+            return self._reply(f"kcoder's built-in policy cannot lower this module: {g.error}", "finish",
+                               {"summary": g.error})
+        return self._reply(f"Captured Model.forward and generated {g.summary()}.", "write_file",
+                           {"path": CANDIDATE, "content": g.source})
+
+    def _reply(self, text: str, tool: str, arguments: dict[str, Any]) -> Reply:
+        if self.on_text:
+            self.on_text(text + "\n")
+        n = self.usage.calls
+        args = json.dumps(arguments)
+        message = {"role": "assistant", "content": text, "tool_calls": [
+            {"id": f"builtin-{n}", "type": "function", "function": {"name": tool, "arguments": args}}]}
+        return Reply(text, [ToolCall(f"builtin-{n}", tool, args)], message)

@@ -1,0 +1,250 @@
+"""The captured graph in the planner's terms: sources, pointwise ops, reductions, views and
+library calls, with the composite reductions (mean, var, max.dim ...) rewritten into the few
+reductions the templates know (sum, prod, max, min, argmax, argmin) plus pointwise ops.
+
+Every op the policy cannot lower stays a node of kind "unsupported"; `census` counts them by
+ATen name so that the report can say exactly what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcoder.policy.ops import POINTWISE
+
+REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
+DTYPES = {"torch.float32": "float", "torch.int64": "int64_t", "torch.bool": "bool", "torch.int32": "int32_t"}
+VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "t", "transpose",
+         "expand", "broadcast_in_dim", "alias", "detach", "slice", "select", "lift_fresh"}
+LIBRARY = {"mm": "gemm", "bmm": "gemm", "convolution": "conv"}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is another node's value."""
+
+    name: str
+
+
+@dataclass
+class Node:
+    """One value of the graph. kind: source, pw, reduce, view, lib or unsupported."""
+
+    name: str
+    kind: str
+    op: str
+    args: list[Any]
+    shape: tuple[int, ...]
+    dtype: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    aten: str = ""  # the captured op's name, for messages
+
+    def refs(self) -> list[str]:
+        return [a.name for a in _flat(self.args) if isinstance(a, Ref)]
+
+
+@dataclass
+class Graph:
+    nodes: dict[str, Node]
+    outputs: list[Any]  # Ref or constant, in the order forward returns them
+    n_forward_args: int
+
+    def census(self) -> Counter[str]:
+        """Unsupported ops on the way to an output, by ATen name."""
+        return Counter(self.nodes[n].aten for n in self.needed() if self.nodes[n].kind == "unsupported")
+
+    def needed(self) -> list[str]:
+        """Names of the nodes the outputs depend on, in graph order."""
+        seen: set[str] = set()
+        stack = [o.name for o in self.outputs if isinstance(o, Ref)]
+        while stack:
+            name = stack.pop()
+            if name not in seen:
+                seen.add(name)
+                stack.extend(self.nodes[name].refs())
+        return [n for n in self.nodes if n in seen]
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def _conv(value: Any) -> Any:
+    if isinstance(value, dict) and "ref" in value:
+        return Ref(value["ref"])
+    if isinstance(value, dict) and "const" in value:
+        return value["const"]
+    if isinstance(value, list):
+        return [_conv(v) for v in value]
+    return value
+
+
+def load_graph(data: dict[str, Any]) -> Graph:
+    """Normalize capture.py's JSON into a Graph."""
+    g = Graph({}, [_conv(o) for o in data["outputs"]], data.get("n_forward_args", 0))
+    raw = {n["name"]: n for n in data["nodes"]}
+    for item in data["nodes"]:
+        for node in _normalize(item, raw, g):
+            g.nodes[node.name] = node
+    return g
+
+
+def _packet(op: str) -> tuple[str, str]:
+    parts = op.split(".")
+    return (parts[1], parts[2] if len(parts) > 2 else "default") if len(parts) >= 2 else (op, "")
+
+
+def _dims(dims: Any, rank: int) -> list[int]:
+    if dims is None or dims == []:
+        return list(range(rank))
+    dims = dims if isinstance(dims, list) else [dims]
+    return sorted({d % rank if rank else 0 for d in dims})
+
+
+def _normalize(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node]:
+    name, op = item["name"], item["op"]
+    shape = tuple(item["shape"]) if item.get("shape") is not None else ()
+    dtype = item.get("dtype") or ""
+    args, kwargs = _conv(item.get("args", [])), _conv(item.get("kwargs", {}))
+    base = dict(name=name, shape=shape, dtype=dtype, aten=op)
+    if op == "placeholder":
+        return [Node(kind="source", op=item["role"], args=[], attrs={"key": item["key"]}, **base)]
+    if op == "<built-in function getitem>":
+        return _getitem(item, raw, g)
+    packet, overload = _packet(op)
+    if item.get("shape") is None and packet not in ("max", "min", "var_mean"):
+        return [Node(kind="unsupported", op=packet, args=args, **base)]
+    if dtype and dtype not in DTYPES:
+        return [Node(kind="unsupported", op=packet, args=args, aten=f"{op} ({dtype})",
+                     **{k: v for k, v in base.items() if k != "aten"})]
+    if packet.endswith("_") and not packet.endswith("__") and packet[:-1] in POINTWISE:
+        target = args[0]
+        if isinstance(target, Ref) and g.nodes[target.name].kind == "source":  # mutates an input
+            return [Node(kind="unsupported", op=packet, args=args, **base)]
+        packet = packet[:-1]
+    reduced = _reduction(packet, overload, args, kwargs, base, g)
+    if reduced is not None:
+        return reduced
+    if packet == "gather" and len(args) >= 3 and isinstance(args[2], Ref):
+        return _gather(name, args, g, op)
+    if packet in VIEWS:
+        return [Node(kind="view", op=packet, args=args, attrs=kwargs, **base)]
+    if packet in LIBRARY:
+        return [Node(kind="lib", op=packet, args=args, attrs={"needs": LIBRARY[packet]}, **base)]
+    if packet in ("scalar_tensor", "full"):
+        value = args[0] if packet == "scalar_tensor" else args[1]
+        return [Node(kind="pw", op="const", args=[value], **base)]
+    if packet in ("_to_copy", "convert_element_type", "clone"):
+        return [Node(kind="pw", op="cast", args=args[:1], **base)]
+    if packet in POINTWISE:
+        return [Node(kind="pw", op=packet, args=args, attrs=kwargs, **base)]
+    return [Node(kind="unsupported", op=packet, args=args, **base)]
+
+
+def _in_shape(g: Graph, arg: Any) -> tuple[int, ...]:
+    return g.nodes[arg.name].shape
+
+
+def _reduce_node(name: str, kind: str, x: Ref, dims: list[int], keepdim: bool, g: Graph,
+                 aten: str, dtype: str = "torch.float32") -> Node:
+    xs = _in_shape(g, x)
+    shape = tuple(1 if i in dims else s for i, s in enumerate(xs)) if keepdim else tuple(
+        s for i, s in enumerate(xs) if i not in dims)
+    if kind in ("argmax", "argmin"):
+        dtype = "torch.int64"
+    elif kind in ("sum", "prod") and g.nodes[x.name].dtype in ("torch.int64", "torch.bool", "torch.int32"):
+        dtype = "torch.int64"
+    return Node(name, "reduce", kind, [x], shape, dtype, {"dims": dims, "keepdim": keepdim}, aten)
+
+
+def _scaled(name: str, r: Node, scale: float, aten: str) -> list[Node]:
+    """r * scale as a pointwise node named `name` (mean = sum / n, var = sum of squares / (n - c))."""
+    inner = Node(f"{name}__sum", r.kind, r.op, r.args, r.shape, r.dtype, r.attrs, aten)
+    return [inner, Node(name, "pw", "mul", [Ref(inner.name), scale], r.shape, r.dtype, {}, aten)]
+
+
+def _count(xs: tuple[int, ...], dims: list[int]) -> int:
+    return math.prod(xs[d] for d in dims) if xs else 1
+
+
+def _mean(name: str, x: Ref, dims: list[int], keepdim: bool, g: Graph, aten: str) -> list[Node]:
+    n = _count(_in_shape(g, x), dims)
+    return _scaled(name, _reduce_node(name, "sum", x, dims, keepdim, g, aten), 1.0 / max(n, 1), aten)
+
+
+def _var(name: str, x: Ref, dims: list[int], correction: float, keepdim: bool, g: Graph,
+         aten: str) -> list[Node]:
+    """var = sum((x - mean(x))^2) / (n - correction): a two-stage row reduction."""
+    xs = _in_shape(g, x)
+    mean = _mean(f"{name}__mean", x, dims, True, g, aten)
+    for node in mean:
+        g.nodes[node.name] = node
+    diff = Node(f"{name}__diff", "pw", "sub", [x, Ref(mean[-1].name)], xs, "torch.float32", {}, aten)
+    sq = Node(f"{name}__sq", "pw", "mul", [Ref(diff.name), Ref(diff.name)], xs, "torch.float32", {}, aten)
+    g.nodes[diff.name], g.nodes[sq.name] = diff, sq
+    n = _count(xs, dims) - correction
+    red = _reduce_node(name, "sum", Ref(sq.name), dims, keepdim, g, aten)
+    return mean + [diff, sq, *_scaled(name, red, 1.0 / n if n > 0 else math.inf, aten)]
+
+
+def _reduction(packet: str, overload: str, args: list[Any], kwargs: dict[str, Any],
+               base: dict[str, Any], g: Graph) -> list[Node] | None:
+    name, aten = base["name"], base["aten"]
+    if packet not in ("sum", "mean", "amax", "amin", "argmax", "argmin", "prod", "max", "min", "var",
+                      "var_mean") or not args or not isinstance(args[0], Ref):
+        return None
+    if packet in ("max", "min") and overload not in ("default", "dim"):
+        return None  # max.other etc.: pointwise (maximum), in the table
+    x, rank = args[0], len(_in_shape(g, args[0]))
+    if overload == "default" and packet in ("sum", "mean", "prod", "max", "min"):
+        dims, keepdim = list(range(rank)), False
+    else:
+        dims = _dims(args[1] if len(args) > 1 else kwargs.get("dim"), rank)
+        keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+    if packet in ("max", "min", "var_mean") and overload != "default":  # tuples: getitem picks
+        return [Node(name, "tuple", packet, args, (), "", {"dims": dims, "keepdim": keepdim,
+                                                          "correction": kwargs.get("correction", 1)}, aten)]
+    if packet == "var":
+        corr = args[2] if aten.startswith("prims.") and len(args) > 2 else kwargs.get("correction", 1)
+        return _var(name, x, dims, 1 if corr is None else corr, keepdim, g, aten)
+    if packet == "mean":
+        return _mean(name, x, dims, keepdim, g, aten)
+    kind = {"amax": "max", "amin": "min"}.get(packet, packet)
+    return [_reduce_node(name, kind, x, dims, keepdim, g, aten)]
+
+
+def _gather(name: str, args: list[Any], g: Graph, aten: str) -> list[Node]:
+    """gather(x, d, index) with one index per row along d (cross-entropy's pick of the target's
+    log-probability): sum over d of where(position == index, x, 0), a row reduction."""
+    x, dim, index = args[0], args[1], args[2]
+    xs, idx_shape = _in_shape(g, x), _in_shape(g, index)
+    dim %= len(xs)
+    if len(idx_shape) != len(xs) or idx_shape[dim] != 1:
+        return [Node(name, "unsupported", "gather", args, idx_shape, "torch.float32", {}, aten)]
+    pos = Node(f"{name}__pos", "pw", "iota", [], xs, "torch.int64", {"dim": dim}, aten)
+    hit = Node(f"{name}__hit", "pw", "eq", [Ref(pos.name), index], xs, "torch.bool", {}, aten)
+    pick = Node(f"{name}__pick", "pw", "where", [Ref(hit.name), x, 0.0], xs, g.nodes[x.name].dtype, {}, aten)
+    for node in (pos, hit, pick):
+        g.nodes[node.name] = node
+    return [_reduce_node(name, "sum", Ref(pick.name), [dim], True, g, aten, g.nodes[x.name].dtype)]
+
+
+def _getitem(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node]:
+    src_ref, index = _conv(item["args"])
+    src = g.nodes.get(src_ref.name)
+    name, aten = item["name"], raw[src_ref.name]["op"] if src_ref.name in raw else "getitem"
+    if src is None or src.kind != "tuple":
+        return [Node(name, "unsupported", "getitem", [src_ref], tuple(item.get("shape") or ()),
+                     item.get("dtype") or "", {}, aten)]
+    x, dims, keep = src.args[0], src.attrs["dims"], src.attrs["keepdim"]
+    if src.op == "var_mean":
+        corr = 1 if src.attrs["correction"] is None else src.attrs["correction"]
+        return (_var(name, x, dims, corr, keep, g, aten) if index == 0
+                else _mean(name, x, dims, keep, g, aten))
+    kind = src.op if index == 0 else "arg" + src.op
+    return [_reduce_node(name, kind, x, dims, keep, g, aten)]

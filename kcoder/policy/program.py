@@ -1,0 +1,117 @@
+"""The complete candidate file: TUNE/CONFIG, the kernels' source, load_inline, and ModelNew
+(Model's parameters and buffers under the same names, so the evaluator's state-dict copy
+fills them; forward only allocates, takes views and calls the kernels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcoder.policy import emit_cpu, emit_cuda
+from kcoder.policy.graph import Graph
+from kcoder.policy.kernel import Plan
+
+HEADER = '''"""Written by kcoder's built-in policy (no LLM) from {problem}.
+
+Kernels:
+{kernels}
+Every tensor a kernel reads is a view expanded to its domain (no copies); the kernels
+coalesce dims at run time and take a vectorized path when the innermost strides are the
+expected ones, a strided path otherwise. `kcoder tune` searches TUNE.
+"""
+'''
+
+CPU_LOAD = '''
+
+def _with_config(source: str) -> str:
+    """CONFIG as #define lines after the leading #include block (same effect as -D flags, but
+    the compile flags, and so the precompiled torch header, stay the same for every point)."""
+    lines = source.splitlines(keepends=True)
+    body = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#include"))
+    defines = "".join(f"#define {{name}} {{int(value)}}\\n" for name, value in CONFIG.items())
+    return "".join(lines[:body]) + defines + "".join(lines[body:])
+
+
+_ext = load_inline(
+    name="kcoder_builtin_cpu",
+    cpp_sources=_with_config(CPP_SOURCE),
+    functions={functions!r},
+    extra_cflags={cflags!r},
+    extra_ldflags={ldflags!r},
+    verbose=False,
+)
+'''
+
+CUDA_LOAD = '''
+
+_ext = load_inline(
+    name="kcoder_builtin_cuda",
+    cpp_sources=CPP_SOURCE,
+    cuda_sources=CUDA_SOURCE,
+    functions={functions!r},
+    extra_cuda_cflags=["-O3", *[f"-D{{k}}={{v}}" for k, v in CONFIG.items()]],
+    verbose=False,
+)
+'''
+
+MODEL = '''
+
+# (name, shape, dtype, kind) of Model's parameters and buffers: the evaluator copies their
+# values from Model by name.
+STATE = {state!r}
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        for name, shape, dtype, kind in STATE:
+            *path, leaf = name.split(".")
+            owner = self
+            for i, part in enumerate(path):
+                if part not in dict(owner.named_children()):
+                    owner.add_module(part, nn.Module())
+                owner = self.get_submodule(".".join(path[:i + 1]))
+            value = torch.empty(shape, dtype=getattr(torch, dtype))
+            if kind == "param":
+                owner.register_parameter(leaf, nn.Parameter(value))
+            else:
+                owner.register_buffer(leaf, value)
+
+    def forward(self, *inputs):
+{body}
+'''
+
+
+def _state(graph: Graph) -> list[tuple[str, tuple[int, ...], str, str]]:
+    out = []
+    for node in graph.nodes.values():
+        if node.kind == "source" and node.op in ("param", "buffer"):
+            out.append((node.attrs["key"], tuple(node.shape), node.dtype.replace("torch.", ""), node.op))
+    return out
+
+
+def _forward(plan: Plan, graph: Graph) -> str:
+    first = next((n.attrs["key"] for n in graph.nodes.values() if n.kind == "source" and n.op == "input"), None)
+    lines = [f"_dev = inputs[{first}].device" if first is not None else
+             "_dev = next(self.parameters()).device"] + plan.lines
+    result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
+    lines.append(f"return {result}")
+    return "\n".join("        " + line for line in lines)
+
+
+def render_program(plan: Plan, graph: Graph, device: str, problem: str) -> str:
+    """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA)."""
+    kernels = "\n".join(f"  {k.name}: {k.describe()}" for k in plan.kernels)
+    functions = [k.name for k in plan.kernels]
+    parts: list[Any] = [HEADER.format(problem=problem, kernels=kernels),
+                        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"]
+    if device == "cpu":
+        parts.append(f"TUNE = {emit_cpu.TUNE!r}\nCONFIG = {emit_cpu.CONFIG!r}\n")
+        parts.append(f'CPP_SOURCE = r"""\n{emit_cpu.render_cpu(plan)}"""\n')
+        parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
+    else:
+        cpp, cuda = emit_cuda.render_cuda(plan)
+        parts.append(f"TUNE = {emit_cuda.TUNE!r}\nCONFIG = {emit_cuda.CONFIG!r}\n")
+        parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
+        parts.append(CUDA_LOAD.format(functions=functions))
+    parts.append(MODEL.format(state=_state(graph), body=_forward(plan, graph)))
+    return "\n".join(parts)

@@ -1,0 +1,17 @@
+"""A scan: not a pattern the built-in policy knows."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=1) + torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
