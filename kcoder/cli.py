@@ -7,29 +7,44 @@ Exit codes: 0 success, 1 the candidate failed (compile error, wrong, crash, time
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import typer
 
-from kcoder.settings import (
-    DEFAULT_BUDGET_S,
-    DEFAULT_TARGET,
-    Device,
-    Precision,
-    SandboxMode,
-    Settings,
-    Stage,
-    ToolCallMode,
-    default_device,
-    parse_allow,
+from kcoder.cli_options import (
+    ALLOW,
+    API_BASE,
+    COMMIT,
+    DEVICE,
+    KEEP_GOING,
+    MAX_COST,
+    MAX_TIME,
+    MODEL,
+    NO_PREFLIGHT,
+    PRECISION,
+    PROFILE,
+    RESUME,
+    RUNS_DIR,
+    SANDBOX,
+    SUITE_OPTIONS,
+    TOOL_CALL,
+    VERBOSE,
+    AllowOpt,
+    CandidateArg,
+    DeviceOpt,
+    JsonOpt,
+    PrecisionOpt,
+    ProblemArg,
+    SandboxOpt,
+    option,
+    with_options,
 )
+from kcoder.settings import DEFAULT_BUDGET_S, DEFAULT_TARGET, Device, Settings, Stage, default_device, parse_allow
 
-F = TypeVar("F", bound=Callable[..., Any])
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="kcoder: faster PyTorch modules with custom kernels, honestly verified.")
 
@@ -55,65 +70,6 @@ def _bad_input(message: str, as_json: bool) -> None:
 def _settings(device: Device | None, allow: str | None, **fields: Any) -> Settings:
     """One command's Settings; the device defaults to cuda when a GPU is present."""
     return Settings(device=device or default_device(), allow=parse_allow(allow), **fields)
-
-
-# Options that several commands share: one declaration each.
-ProblemArg = Annotated[Path, typer.Argument(help="KernelBench-style problem file (Model, get_inputs, "
-                                            "get_init_inputs); it is never modified.")]
-CandidateArg = Annotated[Path, typer.Argument(help="Candidate file defining ModelNew (kernels via load_inline).")]
-DeviceOpt = Annotated[Device | None, typer.Option(help="cuda or cpu (default: cuda when a GPU is present).")]
-AllowOpt = Annotated[str | None, typer.Option(help="Library ops the candidate may call: gemm,conv (cuBLAS/cuDNN).")]
-PrecisionOpt = Annotated[Precision, typer.Option(help="strict (fp32 is fp32) or relaxed (TF32/bf16; baselines too).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object.")]
-SandboxOpt = Annotated[SandboxMode, typer.Option(
-    help="Confine the candidate's process: auto (bubblewrap where it works), bwrap, or none.")]
-
-
-def _option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-
-
-def with_options(*options: inspect.Parameter) -> Callable[[F], F]:
-    """Give a command the declared `options` as well: typer reads a command's options from its
-    signature, and the function receives these in its **options (named like Settings fields)."""
-
-    def decorate(func: F) -> F:
-        own = [p for p in inspect.signature(func, eval_str=True).parameters.values()
-               if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        func.__signature__ = inspect.Signature([*own, *options])  # type: ignore[attr-defined]
-        return func
-
-    return decorate
-
-
-# The agent commands' options (optimize, chat), each declared once.
-MODEL = _option("model", Annotated[str | None, typer.Option(
-    envvar="KCODER_MODEL", help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME.")])
-API_BASE = _option("api_base", Annotated[str | None, typer.Option(
-    help="OpenAI-compatible server URL (vLLM, SGLang ...).")])
-DEVICE = _option("device", DeviceOpt)
-KEEP_GOING = _option("keep_going", Annotated[bool, typer.Option(
-    "--keep-going", help="Continue after reaching the target, and when the speed of light puts it "
-    "out of reach.")], False)
-NO_PREFLIGHT = _option("preflight", Annotated[bool, typer.Option(
-    "--preflight/--no-preflight", help="Measure the baselines and the speed of light before the first turn "
-    "(stop when the target is out of reach).")], True)
-MAX_COST = _option("max_cost", Annotated[float | None, typer.Option(help="Cost limit in USD.")])
-MAX_TIME = _option("max_time", Annotated[float | None, typer.Option(help="Time limit in seconds.")])
-RESUME = _option("resume", Annotated[Path | None, typer.Option(help="Continue the run in this run directory.")])
-ALLOW = _option("allow", AllowOpt)
-PRECISION = _option("precision", PrecisionOpt, "strict")
-RUNS_DIR = _option("runs_dir", Annotated[Path | None, typer.Option(
-    help="Where run directories go (.kcoder/runs beside the problem).")])
-PROFILE = _option("profile", Annotated[str | None, typer.Option(
-    help="Model profile from kcoder/agent/profiles.json, e.g. cuda-agent.")])
-TOOL_CALL = _option("tool_call", Annotated[ToolCallMode | None, typer.Option(
-    help="native, text or auto tool calling.")])
-SANDBOX = _option("sandbox", SandboxOpt, "auto")
-VERBOSE = _option("verbose", Annotated[bool, typer.Option(
-    "--verbose", help="Show whole files and diffs after each tool call (default: one line per call).")], False)
-COMMIT = _option("commit", Annotated[bool, typer.Option(
-    "--commit", help="Commit the best verified kernel to branch kcoder/<problem>.")], False)
 
 
 @app.command("eval")
@@ -176,28 +132,28 @@ TuneStrategy = Literal["auto", "exhaustive", "tpe", "evolution"]
 
 @app.command("tune")
 @with_options(
-    _option("strategy", Annotated[TuneStrategy, typer.Option(
+    option("strategy", Annotated[TuneStrategy, typer.Option(
         help="exhaustive, tpe (model-based), evolution (genetic), or auto (exhaustive when the space "
              "fits the budget).")], "auto"),
-    _option("trials", Annotated[int | None, typer.Option(help="Budget: points judged (default: all).")]),
-    _option("time_s", Annotated[float | None, typer.Option("--time", help="Budget: seconds.")]),
-    _option("out", Annotated[Path | None, typer.Option(
+    option("trials", Annotated[int | None, typer.Option(help="Budget: points judged (default: all).")]),
+    option("time_s", Annotated[float | None, typer.Option("--time", help="Budget: seconds.")]),
+    option("out", Annotated[Path | None, typer.Option(
         help="Also write the tuned file here (your candidate is replaced only if this names it).")]),
-    _option("out_dir", Annotated[Path | None, typer.Option(
+    option("out_dir", Annotated[Path | None, typer.Option(
         help="Output folder (default: .kcoder/runs/tune-<candidate>-<stamp> beside the problem).")]),
     DEVICE, ALLOW, PRECISION,
-    _option("budget", Annotated[float, typer.Option(
+    option("budget", Annotated[float, typer.Option(
         help="Seconds of measured time per point and implementation.")], 1.0),
-    _option("jobs", Annotated[int | None, typer.Option(
+    option("jobs", Annotated[int | None, typer.Option(
         help="Points built ahead in parallel (default: a quarter of the host's cores).")]),
-    _option("no_cache", Annotated[bool, typer.Option(
+    option("no_cache", Annotated[bool, typer.Option(
         "--no-cache", help="Judge every point again, ignoring stored results.")], False),
-    _option("no_compile", Annotated[bool, typer.Option(
+    option("no_compile", Annotated[bool, typer.Option(
         "--no-compile", help="No torch.compile baseline in the best file's final check.")], False),
-    _option("seed", Annotated[int, typer.Option(help="Seed of the tpe and evolution samplers.")], 0),
-    _option("profile_top", Annotated[int, typer.Option(
+    option("seed", Annotated[int, typer.Option(help="Seed of the tpe and evolution samplers.")], 0),
+    option("profile_top", Annotated[int, typer.Option(
         help="cuda: Nsight Compute metrics for this many of the fastest points (0: none).")], 3),
-    SANDBOX, _option("as_json", JsonOpt, False))
+    SANDBOX, option("as_json", JsonOpt, False))
 def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -> None:
     """Search CANDIDATE's declared TUNE space against PROBLEM: every point built, verified and
     timed by the judge; writes the tuned file, table.md/json and tune.png."""
@@ -213,14 +169,14 @@ def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -
 
 
 @app.command("optimize")
-@with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
+@with_options(MODEL, API_BASE, DEVICE, option("target", Annotated[float, typer.Option(
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
-    KEEP_GOING, _option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
+    KEEP_GOING, option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
     MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE,
     NO_PREFLIGHT,
-    _option("start", Annotated[str | None, typer.Option(
+    option("start", Annotated[str | None, typer.Option(
         help="builtin: with --model, start the model from the built-in policy's verified, tuned kernel.")]),
-    _option("tune_trials", Annotated[int | None, typer.Option(
+    option("tune_trials", Annotated[int | None, typer.Option(
         help="Points the built-in policy's tuning judges (default 6).")]))
 def optimize_command(problem: ProblemArg, **options: Any) -> None:
     """Write, verify, tune and time kernels for PROBLEM until one beats torch.compile: with
@@ -229,29 +185,6 @@ def optimize_command(problem: ProblemArg, **options: Any) -> None:
     from kcoder.ui import Output
 
     raise typer.Exit(optimize(problem, _settings(**options), Output()))
-
-
-SUITE_OPTIONS = (
-    _option("mode", Annotated[Literal["eval", "optimize"], typer.Option(
-        help="eval: judge existing solutions (--solutions); optimize: kcoder optimize per problem.")], "eval"),
-    _option("solutions", Annotated[Path | None, typer.Option(help="eval: folder of solutions matched by name "
-            "(NAME.py, NAME_solution*.py, NAME/solution_<device>.py, NAME/model_new.py).")]),
-    _option("level", Annotated[int | None, typer.Option(help="PROBLEMS are KernelBench checkouts: level{N}/*.py.")]),
-    _option("out", Annotated[Path | None, typer.Option(help="The suite's folder (.kcoder/suites/suite-<stamp>).")]),
-    _option("resume_dir", Annotated[Path | None, typer.Option(
-        "--resume", help="Resume the suite in this folder: only problems without a result run.")]),
-    _option("backend", Annotated[Literal["auto", "ray", "pool"], typer.Option(
-        help="ray (local runtime or --ray-address), pool (local processes); auto: ray when installed.")], "auto"),
-    _option("ray_address", Annotated[str | None, typer.Option(help="An existing Ray cluster's address.")]),
-    _option("workers", Annotated[int | None, typer.Option(
-        help="Concurrent evaluations (default: one per GPU; cpu: one per 8 cores).")]),
-    MODEL, API_BASE, DEVICE, ALLOW, PRECISION, SANDBOX,
-    _option("stop_after", Annotated[Stage, typer.Option(help="build, verify or timing.")], "timing"),
-    _option("no_compile", Annotated[bool, typer.Option("--no-compile", help="No torch.compile baseline.")], False),
-    _option("budget", Annotated[float, typer.Option(help="Measured seconds per implementation.")], DEFAULT_BUDGET_S),
-    _option("target", Annotated[float, typer.Option(help="optimize: target over torch.compile.")], DEFAULT_TARGET),
-    _option("max_turns", Annotated[int, typer.Option(help="optimize: turn limit per problem.")], 200),
-    MAX_COST, MAX_TIME, KEEP_GOING, NO_PREFLIGHT, _option("as_json", JsonOpt, False))
 
 
 @app.command("suite")
@@ -367,9 +300,9 @@ def profile_command(
 
 
 @app.command("chat")
-@with_options(MODEL, API_BASE, DEVICE, _option("target", Annotated[float, typer.Option(
+@with_options(MODEL, API_BASE, DEVICE, option("target", Annotated[float, typer.Option(
     help="Speed-up over torch.compile that counts as reaching the target.")], DEFAULT_TARGET),
-    _option("max_turns", Annotated[int, typer.Option(
+    option("max_turns", Annotated[int, typer.Option(
         help="Model turns per message before the model must hand back.")], 30),
     MAX_COST, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, VERBOSE)
 def chat_command(problem: ProblemArg, **options: Any) -> None:

@@ -55,7 +55,7 @@ def test_each_family_is_verified_by_the_evaluator(name, allow, tmp_path):
 def test_unsupported_module_is_named_in_output_and_report(tmp_path):
     problem = _copy(HERE / "cumsum.py", tmp_path)
     buf = io.StringIO()
-    settings = Settings(device="cpu", runs_dir=tmp_path / "runs")
+    settings = Settings(device="cpu", runs_dir=tmp_path / "runs", preflight=False)  # the CLI test runs it
     code = optimize(problem, settings, Output(Console(file=buf, width=200)))
     run_dir = next((tmp_path / "runs").iterdir())
     report = json.loads((run_dir / "report.json").read_text())
@@ -66,7 +66,7 @@ def test_unsupported_module_is_named_in_output_and_report(tmp_path):
     assert "built-in policy" in buf.getvalue().splitlines()[0]
     assert not (run_dir / "model_new.py").exists() and _tools(run_dir) == ["finish"]
     # --resume continues the same run directory and ends the same way
-    code = optimize(problem, Settings(device="cpu", resume=run_dir), Output(Console(file=io.StringIO())))
+    code = optimize(problem, Settings(device="cpu", resume=run_dir, preflight=False), Output(Console(file=io.StringIO())))
     starts = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()
               if json.loads(line).get("type") == "start"]
     assert code == 1 and [s.get("resumed", False) for s in starts] == [False, True]
@@ -97,7 +97,7 @@ def test_start_builtin_hands_the_tuned_kernel_to_the_model(scripted, tmp_path, m
                        reply("It stays as it is.", call("finish", summary="kept the built-in kernel"))])
     settings = Settings.from_eval_options(
         fast_options(), model="openai/scripted", api_base=server.base_url, tool_call="native",
-        start="builtin", tune_trials=1, runs_dir=tmp_path / "runs", target=100.0)
+        start="builtin", tune_trials=1, runs_dir=tmp_path / "runs", target=100.0, preflight=False)
     code = optimize(problem, settings, Output(Console(file=io.StringIO(), width=120)))
     run_dir = next((tmp_path / "runs").iterdir())
     report = json.loads((run_dir / "report.json").read_text())
