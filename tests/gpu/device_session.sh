@@ -15,6 +15,14 @@ out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
 start=$(date +%s)
 
+# every example's CUDA solution built in parallel (the later steps find them in the cache)
+prebuild_examples() {
+  for d in examples/*/; do
+    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json >/dev/null &
+  done
+  wait
+}
+
 checks() {
   python3 - <<'PY'
 import sys; sys.path.insert(0, "tests")
@@ -92,10 +100,7 @@ trust_cost() {
 # cost: the evaluator before issue 15 (.baseline, carried) vs this one on the four examples.
 cost() {
   export PATH="$PWD/.whl/bin:$PATH"
-  for d in examples/*/; do
-    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json >/dev/null &
-  done
-  wait
+  prebuild_examples
   timeout "${COST_S:-450}" python3 bench/evalcost.py --before .baseline --device cuda --repeat 1 ${COST_ARGS:-} 2>&1 | tee "$out/evalcost.log"
 }
 
@@ -103,10 +108,7 @@ cost() {
 #       with a quarter of its budget, the tuned files against torch.compile (bench/tune.py).
 tune() {
   export PATH="$PWD/.whl/bin:$PATH"
-  for d in examples/*/; do
-    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json >/dev/null &
-  done
-  wait
+  prebuild_examples
   timeout "${TUNE_S:-540}" python3 bench/tune.py --device cuda ${TUNE_ARGS:-} 2>&1 | tee "$out/tune.log"
 }
 
