@@ -174,9 +174,11 @@ class Judge:
         started = time.perf_counter()
         deadline = time.monotonic() + opts.timing_timeout_s
         self.stop_candidate()  # nothing of the candidate runs while baselines are timed
-        # (nor while the device's ceilings are measured, the first time on this node)
-        record_sol(v, self.ask_reference(_left(deadline), "timing", op="sol"))
         before = self.baselines(deadline)
+        # After the baselines: the first time on a node this measures the device's ceilings
+        # (GiB-sized copies, matmuls), which must not run just before a baseline is timed;
+        # still while no candidate process is alive.
+        record_sol(v, self.ask_reference(_left(deadline), "timing", op="sol"))
         self.cand = self.children.start_candidate()
         self.finish_start(first=False)
         v.stage = "timing"
