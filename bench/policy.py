@@ -10,6 +10,12 @@ timing, plain-build check) in a scratch run directory. Prints per problem the ou
 speed-ups, then coverage (share with a verified candidate), the share at least 1.05x faster
 than eager and than torch.compile, geomean speed-ups over the verified ones, and failures by
 family (unsupported op, capture, build/verify).
+
+    python bench/policy.py --device cuda --emit DIR ~/KernelBench/KernelBench/level1
+
+--emit DIR only captures and renders: it writes each covered problem's candidate as DIR/<name>.py
+(the naming `kcoder suite --solutions DIR` matches) and prints the coverage and the unsupported
+ops, without building or timing anything (no GPU needed to render CUDA candidates).
 """
 
 from __future__ import annotations
@@ -59,6 +65,35 @@ def family(report: dict) -> str:
     return "verify/build"
 
 
+def emit(todo: list[Path], settings: Settings, out_dir: Path) -> None:
+    """Render the policy's candidate for every problem into out_dir (no build, no timing)."""
+    from kcoder.policy.driver import generate
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    covered, ops, errors = 0, Counter(), Counter()
+    with tempfile.TemporaryDirectory(prefix="kcoder-bench-emit-") as tmp:
+        for i, problem in enumerate(todo):
+            name = problem.parent.name if problem.name == "model.py" else problem.stem
+            g = generate(problem, settings, Path(tmp) / f"{i:03d}")
+            if g.source is not None and not g.kernels:  # only library calls: nothing of the policy's to judge
+                errors["library calls only"] += 1
+                print(f"{name:50} none      library calls only (no kernel of its own)", flush=True)
+                continue
+            if g.source is not None:
+                covered += 1
+                (out_dir / f"{name}.py").write_text(g.source)
+                print(f"{name:50} rendered  {len(g.kernels)} kernel(s)", flush=True)
+                continue
+            ops.update(g.unsupported)
+            errors["unsupported" if g.unsupported else "capture/plan"] += 1
+            why = ", ".join(f"{op} x{n}" for op, n in g.unsupported.items()) or g.error.splitlines()[-1][-100:]
+            print(f"{name:50} none      {why}", flush=True)
+    n = len(todo)
+    print(f"\n{n} problems for {settings.device}: {covered} rendered ({100 * covered / max(n, 1):.0f}%); "
+          + (", ".join(f"{k} {v}" for k, v in errors.most_common()) or "no failures"))
+    print("unsupported ops (problems): " + ", ".join(f"{op} {c}" for op, c in ops.most_common(15)))
+
+
 def geomean(xs: list[float]) -> float | None:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
@@ -72,8 +107,11 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--no-examples", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="at most this many problems")
+    parser.add_argument("--emit", type=Path, help="only render candidates into this folder (no builds)")
     args = parser.parse_args()
     todo = problems(args.paths, not args.no_examples)[: args.limit or None]
+    if args.emit:
+        return emit(todo, Settings(device=args.device, allow=parse_allow(args.allow)), args.emit)
     rows, eager, compiled, failures = [], [], [], Counter()
     with tempfile.TemporaryDirectory(prefix="kcoder-bench-policy-") as tmp:
         for i, problem in enumerate(todo):

@@ -32,7 +32,8 @@ def capture_graph(problem: Path, work: Path, timeout_s: float = CAPTURE_TIMEOUT_
     """The problem's graph as JSON data (see `_serialize`), traced in a child process."""
     work.mkdir(parents=True, exist_ok=True)
     out = work / "graph.json"
-    res = run([sys.executable, "-m", "kcoder.policy.capture", str(problem), str(out)], timeout_s,
+    # resolved: the child runs in `work`, where a relative path would name nothing
+    res = run([sys.executable, "-m", "kcoder.policy.capture", str(problem.resolve()), str(out)], timeout_s,
               cwd=work, env=child_env())
     if res.rc != 0 or not out.is_file():
         lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]

@@ -9,6 +9,7 @@
 # profile_tests: tests/gpu/test_profile_gpu.py (~4-5 min on a fresh machine: its builds are cold).
 # tune:   bench/tune.py --device cuda (TUNE_S, TUNE_ARGS).
 # suite: kcoder suite on the GPU(s) (see suite() below).
+# kb:    the built-in policy's candidates on KernelBench problems (see kb() below).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -123,6 +124,33 @@ suite() {
     timeout "${KB_S:-400}" python3 -m kcoder suite "$KERNELBENCH" --level "${KB_LEVEL:-1}" --solutions "$KB_SOLUTIONS" \
       --device cuda --backend pool --budget 1 --out "$out/suite_kernelbench" | tail -15
   fi
+}
+
+# kb: the built-in policy on the GPU (issues 19, 20). KB=DIR holds level1/ level2/ of a KernelBench
+#     checkout and KB_SOL=DIR the policy's rendered candidates (bench/policy.py --emit, per level),
+#     both carried; KB_L1 / KB_L2 name the problems (file stems). Every build runs first, in
+#     parallel; then the policy's CUDA tests, then kcoder suite over the examples, the level-2
+#     and the level-1 problems (each suite's folder comes back in $OUT; a suite cut short by its
+#     timeout keeps the results it finished in its results.jsonl).
+kb() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  { for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; done
+    for n in ${KB_L2:-}; do echo "$KB/level2/$n.py $KB_SOL/level2/$n.py"; done
+    for n in ${KB_L1:-}; do echo "$KB/level1/$n.py $KB_SOL/level1/$n.py"; done
+  } | MAX_JOBS=4 xargs -P 8 -L 1 sh -c 'python3 -m kcoder eval "$0" "$1" --device cuda --stop-after build \
+        --allow gemm,conv --json > "/tmp/build_$(basename "$1" .py).json" 2>&1; grep -hE "\"(status|reason)\"" \
+        "/tmp/build_$(basename "$1" .py).json" | tr -d "\n"; echo " $(basename "$1")"' | sort | uniq -c | sort -rn | head -40
+  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
+  timeout "${POLICY_TEST_S:-200}" python3 -m pytest -m gpu -q -s tests/gpu/test_policy_cuda.py 2>&1 \
+    | tee "$out/policy_tests.log" | grep -E "POLICY|passed|failed|Error|assert"
+  timeout 200 python3 -m kcoder suite examples --device cuda --backend pool --budget 1 --allow gemm,conv \
+    --out "$out/suite_examples" 2>&1 | tail -22
+  l2=""; for n in ${KB_L2:-}; do l2="$l2 $KB/level2/$n.py"; done
+  [ -n "$l2" ] && timeout "${KB2_S:-150}" python3 -m kcoder suite $l2 --solutions "$KB_SOL/level2" --device cuda \
+    --backend pool --budget 1 --allow gemm,conv --out "$out/suite_kb2" 2>&1 | tail -22
+  l1=""; for n in ${KB_L1:-}; do l1="$l1 $KB/level1/$n.py"; done
+  [ -n "$l1" ] && timeout "${KB1_S:-240}" python3 -m kcoder suite $l1 --solutions "$KB_SOL/level1" --device cuda \
+    --backend pool --budget 1 --allow gemm,conv --out "$out/suite_kb1" 2>&1 | tail -22
 }
 
 profile_tests() {
