@@ -127,30 +127,40 @@ suite() {
 }
 
 # kb: the built-in policy on the GPU (issues 19, 20). KB=DIR holds level1/ level2/ of a KernelBench
-#     checkout and KB_SOL=DIR the policy's rendered candidates (bench/policy.py --emit, per level),
-#     both carried; KB_L1 / KB_L2 name the problems (file stems). Every build runs first, in
-#     parallel; then the policy's CUDA tests, then kcoder suite over the examples, the level-2
-#     and the level-1 problems (each suite's folder comes back in $OUT; a suite cut short by its
+#     checkout and KB_SOL=DIR the policy's rendered candidates (bench/policy.py --emit: DIR/examples
+#     for the examples and tests/policy/problems, DIR/level1, DIR/level2), both carried; KB_L1 /
+#     KB_L2 name the problems (file stems); KB_PARTS picks the steps (default: all). Every build
+#     runs first, in parallel; each suite's folder comes back in $OUT (one cut short by its
 #     timeout keeps the results it finished in its results.jsonl).
 kb() {
   export PATH="$PWD/.whl/bin:$PATH"
-  { for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; done
-    for n in ${KB_L2:-}; do echo "$KB/level2/$n.py $KB_SOL/level2/$n.py"; done
-    for n in ${KB_L1:-}; do echo "$KB/level1/$n.py $KB_SOL/level1/$n.py"; done
-  } | MAX_JOBS=4 xargs -P 8 -L 1 sh -c 'python3 -m kcoder eval "$0" "$1" --device cuda --stop-after build \
-        --allow gemm,conv --json > "/tmp/build_$(basename "$1" .py).json" 2>&1; grep -hE "\"(status|reason)\"" \
-        "/tmp/build_$(basename "$1" .py).json" | tr -d "\n"; echo " $(basename "$1")"' | sort | uniq -c | sort -rn | head -40
-  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
-  timeout "${POLICY_TEST_S:-200}" python3 -m pytest -m gpu -q -s tests/gpu/test_policy_cuda.py 2>&1 \
-    | tee "$out/policy_tests.log" | grep -E "POLICY|passed|failed|Error|assert"
-  timeout 200 python3 -m kcoder suite examples --device cuda --backend pool --budget 1 --allow gemm,conv \
-    --out "$out/suite_examples" 2>&1 | tail -22
-  l2=""; for n in ${KB_L2:-}; do l2="$l2 $KB/level2/$n.py"; done
-  [ -n "$l2" ] && timeout "${KB2_S:-150}" python3 -m kcoder suite $l2 --solutions "$KB_SOL/level2" --device cuda \
-    --backend pool --budget 1 --allow gemm,conv --out "$out/suite_kb2" 2>&1 | tail -22
+  parts="${KB_PARTS:-test examples policy l2 l1}"
+  families="tests/policy/problems/pointwise.py tests/policy/problems/reductions.py tests/policy/problems/linear_epilogue.py"
   l1=""; for n in ${KB_L1:-}; do l1="$l1 $KB/level1/$n.py"; done
-  [ -n "$l1" ] && timeout "${KB1_S:-240}" python3 -m kcoder suite $l1 --solutions "$KB_SOL/level1" --device cuda \
-    --backend pool --budget 1 --allow gemm,conv --out "$out/suite_kb1" 2>&1 | tail -22
+  l2=""; for n in ${KB_L2:-}; do l2="$l2 $KB/level2/$n.py"; done
+  { for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; echo "$d/model.py $KB_SOL/examples/$(basename "$d").py"; done
+    for f in $families; do echo "$f $KB_SOL/examples/$(basename "$f")"; done
+    for f in $l2; do echo "$f $KB_SOL/level2/$(basename "$f")"; done
+    for f in $l1; do echo "$f $KB_SOL/level1/$(basename "$f")"; done
+  } | MAX_JOBS=4 xargs -P 8 -L 1 sh -c 'python3 -m kcoder eval "$0" "$1" --device cuda --stop-after build \
+        --allow gemm,conv --json 2>&1 | grep -E "\"(compiled|reason)\"" | tr -d "\n"; echo " $1"' \
+    > "$out/prebuild.log"
+  echo "built: $(grep -c '"compiled": true' "$out/prebuild.log") of $(wc -l < "$out/prebuild.log")"
+  grep -v '"compiled": true' "$out/prebuild.log" | head -12 | cut -c1-400
+  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
+  suite_run() {  # NAME TIMEOUT ARGS...: one suite, its last lines printed
+    local name=$1 limit=$2; shift 2
+    echo "== suite $name ($(( $(date +%s) - start )) s)"
+    timeout "$limit" python3 -m kcoder suite "$@" --device cuda --backend pool --budget 1 --allow gemm,conv \
+      --out "$out/$name" > "$out/$name.log" 2>&1; echo "rc=$?"; grep -vE "^\s*$" "$out/$name.log" | tail -24
+  }
+  case " $parts " in *" test "*)
+    timeout 150 python3 -m pytest -m gpu -q -s tests/gpu/test_policy_cuda.py -k space_tunes 2>&1 \
+      | tee "$out/policy_tests.log" | grep -E "passed|failed|Error|assert";; esac
+  case " $parts " in *" examples "*) suite_run suite_examples 200 examples;; esac
+  case " $parts " in *" policy "*) suite_run suite_policy_examples 200 examples $families --solutions "$KB_SOL/examples";; esac
+  case " $parts " in *" l2 "*) [ -n "$l2" ] && suite_run suite_kb2 "${KB2_S:-240}" $l2 --solutions "$KB_SOL/level2";; esac
+  case " $parts " in *" l1 "*) [ -n "$l1" ] && suite_run suite_kb1 "${KB1_S:-400}" $l1 --solutions "$KB_SOL/level1";; esac
 }
 
 profile_tests() {
