@@ -120,7 +120,11 @@ def main() -> None:
                                 budget=args.budget, runs_dir=Path(tmp) / f"{i:03d}")
             result = run_one(problem, settings)
             best = (result["report"] or {}).get("best")
-            if best and best.get("correct") and result["code"] == 0:
+            own_kernels = ((result["report"] or {}).get("policy") or {}).get("kernels")
+            if best and best.get("correct") and result["code"] == 0 and not own_kernels:
+                failures["library calls only"] += 1  # verified, but nothing of the policy's own to judge
+                line = f"{name:40} none      library calls only (no kernel of its own)"
+            elif best and best.get("correct") and result["code"] == 0:
                 se, sc = best.get("speedup_vs_eager"), best.get("speedup_vs_compile")
                 eager += [se] if se else []
                 compiled += [sc] if sc else []
