@@ -3,14 +3,22 @@
 The binding (cpp_sources) checks the operands, coalesces their dims on the host (the same
 code as the cpu target) and passes pointers, sizes and strides by value to a launcher in a
 torch-free CUDA unit, on the current stream. Pointwise kernels: a grid-stride loop, EPT
-elements per thread. Row kernels: one block per outer index; each reduction stage is a
-thread-strided loop and a shared-memory tree reduction (index-aware for argmax/argmin, so
-the first index wins as in PyTorch), then the element loop writes the outputs. TUNE: threads
+elements per thread. Row kernels take one of three layouts, chosen from the kernel's static
+shape (`row_layout`): "block", one block per outer index: each reduction stage is a
+thread-strided loop and a shared-memory tree reduction (index-aware for argmax/argmin, so the
+first index wins as in PyTorch), then the element loop writes the outputs; "thread", one thread
+per outer index running the stages sequentially, for many rows that are short or strided (a
+reduction over a dim that is not the innermost: adjacent threads then read adjacent addresses);
+"split", for a few very long rows with one stage and only per-row outputs (whole-tensor losses):
+each row is cut into chunks reduced by blocks of their own, and the last block of a row to
+finish (an atomic count) combines the partials and writes the row's outputs. TUNE: threads
 per block and elements per thread, as -D flags on the CUDA unit only (the binding object is
 reused across points). Not run in kcoder's CI (no GPU there).
 """
 
 from __future__ import annotations
+
+import math
 
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.emit_cpu import GEOM
@@ -19,10 +27,15 @@ from kcoder.policy.kernel import Kernel, Plan
 TUNE = {"THREADS": [128, 256, 512, 1024], "EPT": [1, 2, 4]}
 CONFIG = {"THREADS": 256, "EPT": 1}
 MAXT, MAXD = 24, 6
+SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 512, 1 << 15  # row_layout's thresholds: few, long rows
+THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided or this short
+SPLIT_BLOCKS, SPLIT_MAX = 2048, 1024  # a split kernel's target block count; most chunks per row
 
 ARGS = f"""
 #define KC_MAXT {MAXT}
 #define KC_MAXD {MAXD}
+#define KC_SPLIT_BLOCKS {SPLIT_BLOCKS}
+#define KC_SPLIT_MAX {SPLIT_MAX}
 struct KArgs {{
   void* p[KC_MAXT];
   int no, ni, fast;
@@ -40,6 +53,7 @@ __device__ __forceinline__ long long kc_base(const KArgs& a, int k, long long o)
   return off;
 }
 __device__ __forceinline__ long long kc_ioff(const KArgs& a, int k, long long r) {
+  if (a.ni == 1) return r * a.ist[k][0];
   long long off = 0;
   for (int d = a.ni - 1; d >= 0; --d) { off += (r % a.is[d]) * a.ist[k][d]; r /= a.is[d]; }
   return off;
@@ -115,58 +129,135 @@ def pointwise_kernel(kernel: Kernel) -> list[str]:
               "    #pragma unroll",
               "    for (int e = 0; e < EPT; ++e) {",
               "      if (w + e >= N) break;",
-              "      const long long o = (w + e) / a.L, r = (w + e) % a.L;"]
+              "      const long long o = a.O == 1 ? 0 : (w + e) / a.L, r = a.O == 1 ? w + e : (w + e) % a.L;"]
     lines += _bases(kernel, "      ")
     lines += _element(kernel, [v for _, v in kernel.stores], _stores(kernel), "      ")
     return lines + ["    }", "  }", "}"]
 
 
-def row_kernel(kernel: Kernel) -> list[str]:
-    levels = row_levels(kernel)
-    load = _load_fn(kernel)
-    lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{", "  __shared__ Acc sh[THREADS];"]
-    lines += _pointers(kernel) + ["  const long long o = blockIdx.x;"] + _bases(kernel, "  ")
+def row_layout(kernel: Kernel) -> str:
+    """block, thread or split (the module docstring says when each is used)."""
+    outer = math.prod(n for d, n in enumerate(kernel.domain) if d not in kernel.dims)
+    length = math.prod(kernel.domain[d] for d in kernel.dims)
+    row_outputs_only = all(kernel.operands[i].row for i, _ in kernel.stores)
+    if len(kernel.stages) == 1 and row_outputs_only and outer <= SPLIT_MAX_ROWS and length >= SPLIT_MIN_LENGTH:
+        return "split"
+    strided = len(kernel.domain) - 1 not in kernel.dims
+    if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
+        return "thread"
+    return "block"
+
+
+def _row_body(kernel: Kernel, layout: str) -> list[str]:
+    """The stages, row statements and stores of one row (after its bases are computed)."""
+    levels, load, lines = row_levels(kernel), _load_fn(kernel), []
+    first, step = ("0", "1") if layout == "thread" else ("threadIdx.x", "blockDim.x")
 
     def row_stmts(level: int) -> None:
         lines.extend(f"  const {s.ctype} {s.var} = {substitute(s.expr, load)};" for s in levels.get(level, []))
 
     row_stmts(-1)
     for n, st in enumerate(kernel.stages):
-        lines += [f"  Acc a{n} = {_INIT[st.kind]};",
-                  "  for (long long r = threadIdx.x; r < a.L; r += blockDim.x) {"]
+        lines += [f"  Acc a{n} = {_INIT[st.kind]};"]
+        if layout == "split":  # this block's chunk of the row
+            lines += ["  const long long chunk = (a.L + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * chunk;",
+                      "  const long long r1 = r0 + chunk < a.L ? r0 + chunk : a.L;",
+                      "  for (long long r = r0 + threadIdx.x; r < r1; r += blockDim.x) {"]
+        else:
+            lines += [f"  for (long long r = {first}; r < a.L; r += {step}) {{"]
         lines += _element(kernel, [st.value], [f"a{n} = C_{st.kind}::c(a{n}, Acc{{(double)({st.value}), r}});"],
                           "    ")
-        lines += ["  }", f"  a{n} = kc_block_reduce<C_{st.kind}>(a{n}, sh);"]
+        lines += ["  }"]
+        if layout != "thread":
+            lines.append(f"  a{n} = kc_block_reduce<C_{st.kind}>(a{n}, sh);")
+        if layout == "split":
+            lines += _split_combine(st.kind, n)
         pick = "i" if st.kind.startswith("arg") else "v"
         lines.append(f"  const {st.ctype} {st.result} = ({st.ctype})a{n}.{pick};")
         row_stmts(n)
     full = [v for i, v in kernel.stores if not kernel.operands[i].row]
     if full:
-        lines.append("  for (long long r = threadIdx.x; r < a.L; r += blockDim.x) {")
+        lines.append(f"  for (long long r = {first}; r < a.L; r += {step}) {{")
         lines += _element(kernel, full, _stores(kernel), "    ")
         lines.append("  }")
     rows = [(i, v) for i, v in kernel.stores if kernel.operands[i].row]
     if rows:
-        lines.append("  if (threadIdx.x == 0) {")
+        lines.append("  {" if layout == "thread" else "  if (threadIdx.x == 0) {")
         lines += [f"    p{i}[b{i}] = {v};" for i, v in rows]
         lines.append("  }")
-    return lines + ["}"]
+    return lines
+
+
+def _split_combine(kind: str, n: int) -> list[str]:
+    """A split row's partials: every block stores its own; the last of the row combines them."""
+    return ["  __shared__ bool kc_last;",
+            "  if (threadIdx.x == 0) {",
+            f"    part[o * gridDim.y + blockIdx.y] = a{n};",
+            "    __threadfence();  // the partial is visible before the count says so",
+            "    kc_last = atomicAdd(&count[o], 1u) == gridDim.y - 1;",
+            "  }",
+            "  __syncthreads();",
+            "  if (!kc_last) return;",
+            "  __threadfence();",
+            f"  a{n} = {_INIT[kind]};",
+            "  for (unsigned s = threadIdx.x; s < gridDim.y; s += blockDim.x) {  // L2 reads: other blocks wrote them",
+            "    const Acc* q = part + o * gridDim.y + s;",
+            f"    a{n} = C_{kind}::c(a{n}, Acc{{__ldcg(&q->v), __ldcg(&q->i)}});",
+            "  }",
+            f"  a{n} = kc_block_reduce<C_{kind}>(a{n}, sh);"]
+
+
+def row_kernel(kernel: Kernel) -> list[str]:
+    layout = row_layout(kernel)
+    if layout == "thread":
+        lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{"] + _pointers(kernel)
+        lines += ["  const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+                  "  if (o >= a.O) return;"]
+    elif layout == "split":
+        lines = [f"__global__ void {kernel.name}_kernel(const KArgs a, Acc* __restrict__ part, "
+                 "unsigned* __restrict__ count) {", "  __shared__ Acc sh[THREADS];"] + _pointers(kernel)
+        lines += ["  const long long o = blockIdx.x;"]
+    else:
+        lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{", "  __shared__ Acc sh[THREADS];"]
+        lines += _pointers(kernel) + ["  const long long o = blockIdx.x;"]
+    return lines + _bases(kernel, "  ") + _row_body(kernel, layout) + ["}"]
 
 
 def launcher(kernel: Kernel) -> list[str]:
-    grid = ("(unsigned)(a.O > 0x7fffffffLL ? 0x7fffffffLL : a.O)" if kernel.dims else
-            "(unsigned)std::min<long long>((a.O * a.L + (long long)THREADS * EPT - 1) / ((long long)THREADS * EPT), "
-            "1LL << 20)")
-    return [f"cudaError_t launch_{kernel.name}(const KArgs& a, cudaStream_t stream) {{",
-            "  if (a.O * a.L == 0) return cudaSuccess;",
-            f"  {kernel.name}_kernel<<<{grid}, THREADS, 0, stream>>>(a);",
-            "  return cudaGetLastError();", "}"]
+    layout = row_layout(kernel) if kernel.dims else "pointwise"
+    head = [f"cudaError_t launch_{kernel.name}({_launch_params(layout)}) {{",
+            "  if (a.O * a.L == 0) return cudaSuccess;"]
+    if layout == "split":  # enough blocks to fill the GPU, each with at least a few elements per thread
+        return head + ["  const long long want = (KC_SPLIT_BLOCKS + a.O - 1) / a.O;",
+                       "  const long long most = (a.L + (long long)THREADS * 4 - 1) / ((long long)THREADS * 4);",
+                       "  const unsigned s = (unsigned)std::max<long long>(1, std::min<long long>("
+                       "std::min(want, most), KC_SPLIT_MAX));",
+                       f"  {kernel.name}_kernel<<<dim3((unsigned)a.O, s), THREADS, 0, stream>>>"
+                       "(a, (Acc*)part, (unsigned*)count);",
+                       "  return cudaGetLastError();", "}"]
+    grid = {"block": "(unsigned)(a.O > 0x7fffffffLL ? 0x7fffffffLL : a.O)",
+            "thread": "(unsigned)((a.O + THREADS - 1) / THREADS)",
+            "pointwise": "(unsigned)std::min<long long>((a.O * a.L + (long long)THREADS * EPT - 1) / "
+                         "((long long)THREADS * EPT), 1LL << 20)"}[layout]
+    return head + [f"  {kernel.name}_kernel<<<{grid}, THREADS, 0, stream>>>(a);",
+                   "  return cudaGetLastError();", "}"]
+
+
+def _launch_params(layout: str) -> str:
+    extra = ", void* part, void* count" if layout == "split" else ""
+    return f"const KArgs& a{extra}, cudaStream_t stream"
 
 
 def binding(kernel: Kernel) -> list[str]:
     n = len(kernel.operands)
     expect = ", ".join(str(-1 if op.row else op.expect) for op in kernel.operands)
-    return [f"cudaError_t launch_{kernel.name}(const KArgs& a, cudaStream_t stream);",
+    split = bool(kernel.dims) and row_layout(kernel) == "split"
+    layout = "split" if split else "other"
+    # a split row's scratch: KC_SPLIT_MAX partials of 16 bytes per row and a zeroed count per row
+    scratch = ["  auto part = torch::empty({g.O * KC_SPLIT_MAX * 2}, t[0].options().dtype(torch::kFloat64));",
+               "  auto count = torch::zeros({g.O}, t[0].options().dtype(torch::kInt32));"] if split else []
+    call = ("a, part.data_ptr(), count.data_ptr(), " if split else "a, ") + "c10::cuda::getCurrentCUDAStream().stream()"
+    return [f"cudaError_t launch_{kernel.name}({_launch_params(layout)});",
             f"void {kernel.name}(std::vector<torch::Tensor> t) {{",
             f"  TORCH_CHECK(t.size() == {n} && t.size() <= KC_MAXT, \"{kernel.name}: wrong operand count\");",
             "  TORCH_CHECK(t[0].is_cuda(), \"CUDA tensors expected\");",
@@ -182,8 +273,8 @@ def binding(kernel: Kernel) -> list[str]:
             "    for (int d = 0; d < a.no; ++d) a.ost[k][d] = g.ost[k][d];",
             "    for (int d = 0; d < a.ni; ++d) a.ist[k][d] = g.ist[k][d];",
             "  }",
-            "  const c10::cuda::CUDAGuard guard(t[0].device());",
-            f"  C10_CUDA_CHECK(launch_{kernel.name}(a, c10::cuda::getCurrentCUDAStream().stream()));",
+            "  const c10::cuda::CUDAGuard guard(t[0].device());", *scratch,
+            f"  C10_CUDA_CHECK(launch_{kernel.name}({call}));",
             "}"]
 
 

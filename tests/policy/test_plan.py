@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kcoder.policy.capture import CaptureError, capture_graph
-from kcoder.policy.emit_cuda import render_cuda
+from kcoder.policy.emit_cuda import render_cuda, row_layout
 from kcoder.policy.graph import load_graph
 from kcoder.policy.plan import Unsupported, plan_graph
 from kcoder.policy.program import render_program
@@ -137,7 +137,7 @@ def test_generated_files_pass_the_static_checks(graphs, problem):
 def test_cuda_source_for_each_family(graphs, tmp_path):
     """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags;
     when nvcc is present, the torch-free CUDA unit compiles."""
-    for problem in ("reductions.py", "pointwise.py"):
+    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py"):
         graph = graphs(HERE / problem)
         plan = plan_graph(graph, [])
         cpp, cuda = render_cuda(plan)
@@ -150,3 +150,19 @@ def test_cuda_source_for_each_family(graphs, tmp_path):
             done = subprocess.run(["nvcc", "-arch=sm_90", "-c", str(unit), "-o", str(unit) + ".o"],
                                   capture_output=True, text=True)
             assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_cuda_row_layouts_follow_the_shapes(graphs):
+    """Strided or short rows get a thread each, a few long single-stage rows are split across
+    blocks (with the scratch for their partials allocated in the binding), the rest a block per row."""
+    plan = plan_graph(graphs(HERE / "reduction_layouts.py"), [])
+    layouts = {k.describe(): row_layout(k) for k in plan.kernels}
+    assert layouts == {
+        "row reduction (sum+argmax) over dims [1] of [64, 129, 300]": "thread",
+        "row reduction (max) over dims [1] of [40000, 5]": "thread",
+        "row reduction (sum) over dims [0, 1] of [3, 40001]": "split",
+        "row reduction (max) over dims [0] of [70001]": "split"}
+    cpp, cuda = render_cuda(plan)
+    assert cpp.count("torch::zeros({g.O}") == 2 and cuda.count("atomicAdd(&count[o], 1u)") == 2
+    softmax = plan_graph(graphs(HERE / "reductions.py"), [])
+    assert {row_layout(k) for k in softmax.kernels if k.dims} == {"block"}
