@@ -1,6 +1,7 @@
 """The captured graph in the planner's terms: sources, pointwise ops, reductions, views and
 library calls, with the composite reductions (mean, var, max.dim ...) rewritten into the few
-reductions the templates know (sum, prod, max, min, argmax, argmin) plus pointwise ops.
+reductions the templates know (sum, prod, max, min, argmax, argmin) plus pointwise ops, and
+pooling rewritten as a window view (unfold) reduced over its window dims.
 
 Every op the policy cannot lower stays a node of kind "unsupported"; `census` counts them by
 ATen name so that the report can say exactly what is missing.
@@ -18,7 +19,7 @@ from kcoder.policy.ops import POINTWISE
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
 DTYPES = {"torch.float32": "float", "torch.int64": "int64_t", "torch.bool": "bool", "torch.int32": "int32_t"}
 VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "t", "transpose",
-         "expand", "broadcast_in_dim", "alias", "detach", "slice", "select", "lift_fresh"}
+         "expand", "broadcast_in_dim", "alias", "detach", "slice", "select", "lift_fresh", "unfold"}
 LIBRARY = {"mm": "gemm", "bmm": "gemm", "convolution": "conv"}
 
 
@@ -117,6 +118,8 @@ def _normalize(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node
     if op == "<built-in function getitem>":
         return _getitem(item, raw, g)
     packet, overload = _packet(op)
+    if packet in POOLS:
+        return _pool(packet, args, kwargs, base, g)
     if item.get("shape") is None and packet not in ("max", "min", "var_mean"):
         return [Node(kind="unsupported", op=packet, args=args, **base)]
     if dtype and dtype not in DTYPES:
@@ -238,9 +241,14 @@ def _getitem(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node]:
     src_ref, index = _conv(item["args"])
     src = g.nodes.get(src_ref.name)
     name, aten = item["name"], raw[src_ref.name]["op"] if src_ref.name in raw else "getitem"
+    if src is not None and src.kind == "unsupported":  # counted once, by the op itself
+        return [Node(name, "view", "alias", [src_ref], tuple(item.get("shape") or ()),
+                     item.get("dtype") or "", {}, src.aten)]
     if src is None or src.kind != "tuple":
         return [Node(name, "unsupported", "getitem", [src_ref], tuple(item.get("shape") or ()),
                      item.get("dtype") or "", {}, aten)]
+    if src.op == "max_pool":
+        return _max_pool_item(name, src, index, g)
     x, dims, keep = src.args[0], src.attrs["dims"], src.attrs["keepdim"]
     if src.op == "var_mean":
         corr = 1 if src.attrs["correction"] is None else src.attrs["correction"]
@@ -248,3 +256,119 @@ def _getitem(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node]:
                 else _mean(name, x, dims, keep, g, aten))
     kind = src.op if index == 0 else "arg" + src.op
     return [_reduce_node(name, kind, x, dims, keep, g, aten)]
+
+
+# --- pooling -------------------------------------------------------------------------------
+# Without padding, every pooling window is a strided view of the input: x.unfold(d, span, stride)
+# per spatial dim d (dilation: every dil-th element of a span of (k - 1) * dil + 1), so that
+# max/avg pooling is a max/mean over the trailing window dims, which the planner lowers as a
+# row reduction. Any stride works (overlapping windows are views too) and floor mode's dropped
+# remainder is simply never read. Padding (and ceil_mode adding a partial window) would need
+# reads outside the input: those stay unsupported, named with the reason.
+
+POOLS = {"max_pool2d_with_indices": "max", "max_pool3d_with_indices": "max", "avg_pool2d": "avg",
+         "avg_pool3d": "avg"}
+_POOL_ARGS = {"max": ("kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+              "avg": ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")}
+
+
+def _per_dim(value: Any, nd: int, default: int) -> list[int]:
+    if value is None or value == []:
+        return [default] * nd
+    value = value if isinstance(value, list) else [value]
+    return value * nd if len(value) == 1 else list(value)
+
+
+def _pool_spec(kind: str, args: list[Any], kwargs: dict[str, Any], xs: tuple[int, ...],
+               nd: int) -> tuple[dict[str, Any], str]:
+    """Kernel, stride and dilation per spatial dim, or a reason the pooling is not lowered."""
+    a = dict(zip(_POOL_ARGS[kind], args[1:], strict=False)) | kwargs
+    k = _per_dim(a["kernel_size"], nd, 1)
+    spec = {"kernel": k, "stride": _per_dim(a.get("stride"), nd, 0), "dilation": _per_dim(a.get("dilation"), nd, 1),
+            "divisor": a.get("divisor_override")}
+    spec["stride"] = [s or kk for s, kk in zip(spec["stride"], k, strict=True)]
+    if any(_per_dim(a.get("padding"), nd, 0)):
+        return spec, "padding"
+    spans = [(kk - 1) * d + 1 for kk, d in zip(k, spec["dilation"], strict=True)]
+    sizes = xs[len(xs) - nd:]
+    if any(n < span for n, span in zip(sizes, spans, strict=True)):
+        return spec, "window larger than the input"
+    if a.get("ceil_mode") and any((n - span) % s for n, span, s in zip(sizes, spans, spec["stride"], strict=True)):
+        return spec, "ceil_mode"  # a last, partial window: reads past the end
+    return spec, ""
+
+
+def _pool(packet: str, args: list[Any], kwargs: dict[str, Any], base: dict[str, Any], g: Graph) -> list[Node]:
+    kind, nd = POOLS[packet], 3 if "3d" in packet else 2
+    name, aten = base["name"], base["aten"]
+    x = args[0]
+    spec, why = _pool_spec(kind, args, kwargs, _in_shape(g, x), nd)
+    if why:
+        return [Node(kind="unsupported", op=packet, args=args, **{**base, "aten": f"{aten} ({why})"})]
+    if kind == "max":  # a tuple (values, indices): getitem picks, as for max.dim
+        return [Node(name, "tuple", "max_pool", args, (), "", spec, aten)]
+    windows = _windowed(x, spec, g, name, aten)
+    dims = list(range(len(_in_shape(g, windows)) - nd, len(_in_shape(g, windows))))
+    red = _reduce_node(name, "sum", windows, dims, False, g, aten)
+    return _scaled(name, red, 1.0 / (spec["divisor"] or math.prod(spec["kernel"])), aten)
+
+
+def _max_pool_item(name: str, src: Node, index: int, g: Graph) -> list[Node]:
+    if index != 0:  # the argmax's position in the input: not lowered
+        return [Node(name, "unsupported", "max_pool", src.args, (), "torch.int64", {}, f"{src.aten} (indices)")]
+    windows = _windowed(src.args[0], src.attrs, g, name, src.aten)
+    rank = len(_in_shape(g, windows))
+    return [_reduce_node(name, "max", windows, list(range(rank - len(src.attrs["kernel"]), rank)), False, g, src.aten)]
+
+
+def _window_views(x: Ref, spec: dict[str, Any], shape: tuple[int, ...], g: Graph, prefix: str,
+                  aten: str) -> Ref:
+    """x (broadcast to `shape`) as (..., out_1 .. out_nd, k_1 .. k_nd): unfold views."""
+    dtype, nd = g.nodes[x.name].dtype, len(spec["kernel"])
+    nodes = []
+    if g.nodes[x.name].shape != shape:
+        nodes.append(Node(f"{prefix}_x", "view", "expand", [x, list(shape)], shape, dtype, {}, aten))
+    for i, (k, s, dil) in enumerate(zip(spec["kernel"], spec["stride"], spec["dilation"], strict=True)):
+        cur, src = (nodes[-1].shape, Ref(nodes[-1].name)) if nodes else (shape, x)
+        dim, span = len(shape) - nd + i, (k - 1) * dil + 1
+        new = cur[:dim] + ((cur[dim] - span) // s + 1,) + cur[dim + 1:] + (span,)
+        nodes.append(Node(f"{prefix}_u{i}", "view", "unfold", [src, dim, span, s], new, dtype, {}, aten))
+        if dil > 1:  # every dil-th element of the span
+            nodes.append(Node(f"{prefix}_d{i}", "view", "slice", [Ref(nodes[-1].name), len(new) - 1, 0, None, dil],
+                              new[:-1] + (k,), dtype, {}, aten))
+    for node in nodes:
+        g.nodes[node.name] = node
+    return Ref(nodes[-1].name)
+
+
+def _windowed(x: Ref, spec: dict[str, Any], g: Graph, name: str, aten: str) -> Ref:
+    """The pooling windows of x. The pointwise DAG that computes x is rebuilt over the windows
+    (its leaves read through window views), so that the pooling kernel computes it inline
+    instead of a kernel of its own writing x to memory: a view of a computed value is not free.
+    Only where windows do not overlap: else each element would be computed once per window
+    holding it (up to k^3 times), where reading it back from memory is cheaper."""
+    shape, memo = _in_shape(g, x), {}
+    if any(s < (k - 1) * d + 1 for k, s, d in zip(spec["kernel"], spec["stride"], spec["dilation"], strict=True)):
+        return _window_views(x, spec, shape, g, f"{name}__w", aten)
+
+    def visit(ref: Ref) -> Ref:
+        if ref.name in memo:
+            return memo[ref.name]
+        node = g.nodes[ref.name]
+        if node.kind != "pw" or node.op == "iota" or node.shape != shape:  # a leaf: a view of it
+            memo[ref.name] = _window_views(ref, spec, shape, g, f"{name}__w{len(memo)}", aten)
+            return memo[ref.name]
+        args = [visit(a) if isinstance(a, Ref) else a for a in node.args]
+        copy = Node(f"{name}__w{len(memo)}_{node.name}", "pw", node.op, args, _window_shape(shape, spec),
+                    node.dtype, node.attrs, node.aten)
+        g.nodes[copy.name] = copy
+        memo[ref.name] = Ref(copy.name)
+        return memo[ref.name]
+    return visit(x)
+
+
+def _window_shape(shape: tuple[int, ...], spec: dict[str, Any]) -> tuple[int, ...]:
+    nd = len(spec["kernel"])
+    outs = tuple((n - (k - 1) * dil - 1) // s + 1 for n, k, s, dil in zip(
+        shape[len(shape) - nd:], spec["kernel"], spec["stride"], spec["dilation"], strict=True))
+    return tuple(shape[:len(shape) - nd]) + outs + tuple(spec["kernel"])

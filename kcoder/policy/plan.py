@@ -170,6 +170,8 @@ def _view_suffix(node: Node, g: Graph) -> str:
         return f"[({index}slice({start}, {end}, {step or 1}),)]"
     if op == "select":
         return f".select({a[1]}, {a[2]})"
+    if op == "unfold":  # a pooling window view (graph.py)
+        return f".unfold({a[1]}, {a[2]}, {a[3]})"
     return ""  # alias, detach, lift_fresh: the same tensor
 
 

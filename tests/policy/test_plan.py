@@ -21,7 +21,7 @@ HERE = Path(__file__).parent / "problems"
 EXAMPLES = Path(__file__).parents[2] / "examples"
 # What forward may do: allocate, view, call the extension or (allowed) the library GEMM.
 FORWARD_OK = re.compile(r"^(_dev = .*|t_\w+ = (torch\.empty\(.*|inputs\[\d+\]|self\.get_\w+\(.*\)|t_\w+)"
-                        r"[\w.(), \[\]:]*|_ext\.k\d+\(\[.*\]\)|t_\w+ = torch\.mm\(.*\)|return .*)$")
+                        r"[\w.(), \[\]:-]*|_ext\.k\d+\(\[.*\]\)|t_\w+ = torch\.mm\(.*\)|return .*)$")
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +166,101 @@ def test_cuda_row_layouts_follow_the_shapes(graphs):
     assert cpp.count("torch::zeros({g.O}") == 2 and cuda.count("atomicAdd(&count[o], 1u)") == 2
     softmax = plan_graph(graphs(HERE / "reductions.py"), [])
     assert {row_layout(k) for k in softmax.kernels if k.dims} == {"block"}
+
+
+def _module(tmp_path: Path, stem: str, init: str, forward: str, shapes: list[tuple[int, ...]]) -> Path:
+    """A problem file: `init` lines of __init__, `forward`'s return expression over x0, x1 ..."""
+    args = ", ".join(f"x{i}" for i in range(len(shapes)))
+    path = tmp_path / f"{stem}.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        + "".join(f"        {line}\n" for line in init or ["pass"])
+        + f"\n    def forward(self, {args}):\n        return {forward}\n\n\n"
+        f"def get_inputs():\n    return [{', '.join(f'torch.randn{s}' for s in shapes)}]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    return path
+
+
+def _interpret(graph, inputs: list) -> list:
+    """The graph's outputs computed by torch, node by node (views as plan.py writes them), to
+    check the window views' semantics without a build."""
+    import torch
+
+    from kcoder.policy.plan import _view_suffix
+
+    env: dict[str, object] = {}
+    for name in graph.needed():
+        node = graph.nodes[name]
+        val = lambda a: env[a.name] if hasattr(a, "name") else a  # noqa: E731
+        if node.kind == "source":
+            env[name] = inputs[node.attrs["key"]]
+        elif node.kind == "view":
+            env[name] = eval("t" + _view_suffix(node, graph), {"t": env[node.args[0].name]})
+        elif node.kind == "reduce":
+            x, dims = env[node.args[0].name], node.attrs["dims"]
+            env[name] = x.sum(dims) if node.op == "sum" else x.amax(dims)
+        else:
+            env[name] = getattr(torch, node.op)(*[val(a) for a in node.args])
+    return [env[o.name] for o in graph.outputs]
+
+
+def test_pooling_after_conv_is_one_reduction_kernel(graphs, tmp_path):
+    problem = _module(tmp_path, "conv_pool", [
+        "self.conv = nn.Conv2d(3, 8, 3)", "self.conv3 = nn.Conv3d(2, 4, 3)",
+        "self.bias = nn.Parameter(torch.randn(8, 1, 1))", "self.mp = nn.MaxPool2d(2)", "self.ap = nn.AvgPool3d(2)"],
+        "torch.relu(self.mp(torch.relu(self.conv(x0)) + self.bias)), torch.tanh(self.ap(self.conv3(x1)))",
+        [(2, 3, 12, 14), (2, 2, 8, 10, 9)])
+    graph = graphs(problem)
+    with pytest.raises(Unsupported, match="convolution"):
+        plan_graph(graph, [])
+    plan = plan_graph(graph, ["conv"])
+    # the conv's epilogue (relu, + bias) is computed inside the pooling kernel: no kernel of its own
+    assert [k.describe() for k in plan.kernels] == [
+        "row reduction (max) over dims [4, 5] of [2, 8, 5, 6, 2, 2]",
+        "row reduction (sum) over dims [5, 6, 7] of [2, 4, 3, 4, 3, 2, 2, 2]"]
+    lines = _forward_lines(render_program(plan, graph, "cpu", "conv_pool.py"))
+    assert all(FORWARD_OK.match(line) or "functional.conv" in line for line in lines), lines
+    assert "t_getitem__w0_u0 = t_convolution.unfold(2, 2, 2)" in lines
+
+
+def test_pooling_after_pointwise_matches_torch(graphs, tmp_path):
+    """Max and avg, 2d and 3d, odd sizes, overlapping windows, dilation, divisor_override."""
+    import torch
+    import torch.nn.functional as F
+
+    problem = _module(tmp_path, "pw_pool", [], ", ".join([
+        "F.max_pool3d(torch.sigmoid(x0) * 3.0, 2)", "F.avg_pool3d(x0 - 1.0, (2, 3, 2))",
+        "F.max_pool2d(x1 * x1, 3, stride=2, dilation=2)", "F.avg_pool2d(torch.exp(x1), 3, 1)",
+        "F.avg_pool2d(x1, 2, divisor_override=3)", "F.max_pool1d(x1[0] + 1.0, 4)"]),
+        [(2, 3, 7, 9, 5), (2, 4, 11, 13)])
+    graph = graphs(problem)
+    plan = plan_graph(graph, [])
+    # one reduction per pooling. Kernels of their own: the prologues of overlapping windows
+    # (dilated max, stride-1 avg: computed once, not once per window), and 1d pooling's prologue
+    # and squeezed output (it goes through an unsqueeze)
+    assert [len(k.stages) for k in plan.kernels if k.dims] == [1] * 6 and len(plan.kernels) == 10
+    assert plan.kernels[0].describe() == "row reduction (max) over dims [5, 6, 7] of [2, 3, 3, 4, 2, 2, 2, 2]"
+    x0, x1 = torch.randn(2, 3, 7, 9, 5), torch.randn(2, 4, 11, 13)
+    want = [F.max_pool3d(torch.sigmoid(x0) * 3.0, 2), F.avg_pool3d(x0 - 1.0, (2, 3, 2)),
+            F.max_pool2d(x1 * x1, 3, stride=2, dilation=2), F.avg_pool2d(torch.exp(x1), 3, 1),
+            F.avg_pool2d(x1, 2, divisor_override=3), F.max_pool1d(x1[0] + 1.0, 4)]
+    for got, ref in zip(_interpret(graph, [x0, x1]), want, strict=True):
+        assert got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5)
+    source = render_program(plan, graph, "cuda", "pw_pool.py")
+    lines = _forward_lines(source)
+    assert all(FORWARD_OK.match(line) for line in lines), [ln for ln in lines if not FORWARD_OK.match(ln)]
+
+
+def test_pooling_with_padding_or_indices_stays_unsupported(graphs, tmp_path):
+    padded = _module(tmp_path, "padded", [], "F.max_pool2d(x0, 3, stride=2, padding=1)", [(2, 3, 9, 9)])
+    with pytest.raises(Unsupported) as info:
+        plan_graph(graphs(padded), [])
+    assert info.value.census == {"aten.max_pool2d_with_indices.default (padding)": 1}
+    avg = _module(tmp_path, "ceil", [], "F.avg_pool2d(x0, 2, ceil_mode=True)", [(2, 3, 9, 9)])
+    with pytest.raises(Unsupported, match=r"aten\.avg_pool2d\.default \(ceil_mode\) x1"):
+        plan_graph(graphs(avg), [])
+    indices = _module(tmp_path, "indices", [], "F.max_pool2d(x0, 2, return_indices=True)", [(2, 3, 8, 8)])
+    with pytest.raises(Unsupported) as info:
+        plan_graph(graphs(indices), [])
+    assert info.value.census == {"aten.max_pool2d_with_indices.default (indices)": 1}

@@ -42,7 +42,7 @@ def _tools(run_dir: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, allow", [("pointwise.py", []), ("reductions.py", []),
-                                         ("linear_epilogue.py", ["gemm"])])
+                                         ("linear_epilogue.py", ["gemm"]), ("pooling.py", [])])
 def test_each_family_is_verified_by_the_evaluator(name, allow, tmp_path):
     generated = generate(HERE / name, Settings(device="cpu", allow=allow), tmp_path / "work")
     assert generated.source is not None, generated.error
@@ -66,7 +66,8 @@ def test_unsupported_module_is_named_in_output_and_report(tmp_path):
     assert "built-in policy" in buf.getvalue().splitlines()[0]
     assert not (run_dir / "model_new.py").exists() and _tools(run_dir) == ["finish"]
     # --resume continues the same run directory and ends the same way
-    code = optimize(problem, Settings(device="cpu", resume=run_dir, preflight=False), Output(Console(file=io.StringIO())))
+    code = optimize(problem, Settings(device="cpu", resume=run_dir, preflight=False),
+                    Output(Console(file=io.StringIO())))
     starts = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()
               if json.loads(line).get("type") == "start"]
     assert code == 1 and [s.get("resumed", False) for s in starts] == [False, True]
