@@ -51,6 +51,27 @@ def unique_name() -> str:
     return "kc" + secrets.token_hex(5)
 
 
+def top_processes(n: int = 8) -> str:
+    """The n processes with the most CPU time in the last 0.2 s (pid, %cpu, name, command)."""
+    def ticks() -> dict[int, tuple[int, str]]:
+        out = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry.name}/stat").read_text()
+                    fields = stat.rsplit(")", 1)[1].split()
+                    out[int(entry.name)] = (int(fields[11]) + int(fields[12]), stat[stat.find("(") + 1:stat.rfind(")")])
+                except (OSError, IndexError, ValueError):
+                    continue
+        return out
+    before = ticks()
+    time.sleep(0.2)
+    after = ticks()
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sorted(((t - before.get(pid, (t, ""))[0], pid, name) for pid, (t, name) in after.items()), reverse=True)
+    return "\n".join(f"{pid} {100 * d / hz / 0.2:.0f}% {name}" for d, pid, name in busy[:n] if d > 0) or "(none busy)"
+
+
 def named_pids(name: str) -> list[int]:
     """Processes named `name` (their comm) that can still run code: not zombies, and not past
     the point of exit where their memory is gone (a SIGKILLed process takes a moment to go)."""
@@ -439,9 +460,13 @@ def test_baseline_sabotage_by_background_load(evaluate_candidate, tmp_path_facto
     seen_during_baselines: list[int] = []
     timed = Judge.baselines
 
+    busiest: list[str] = []  # what ran beside the baselines, for the failure message (see the xfail)
+
     def watched_baselines(self, deadline):  # the judge runs in this process: watch its baselines
         seen_during_baselines.extend(pid for name in names for pid in named_pids(name))
+        busiest.append(top_processes())
         samples = timed(self, deadline)
+        busiest.append(top_processes())
         seen_during_baselines.extend(pid for name in names for pid in named_pids(name))
         return samples
 
@@ -455,7 +480,8 @@ def test_baseline_sabotage_by_background_load(evaluate_candidate, tmp_path_facto
         honest = honest_timed(sandbox, tmp_path_factory)
         # Two spinners on a two-core runner would slow an OpenMP eager baseline several-fold.
         assert verdict.eager_us < 2.5 * honest.eager_us, \
-            f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest"
+            f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest; busiest processes " \
+            "at the baselines' start and end:\n" + "\n--\n".join(busiest)
     finally:
         assert not survivors(*names), "a spinning daemon outlived the evaluation"
 
