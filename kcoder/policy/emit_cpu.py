@@ -7,8 +7,10 @@ operands become one flat loop. The element loop has two copies: a fast one, take
 innermost stride of each operand is what the plan expects (1, or 0 for a broadcast), written
 with literal indices so that the compiler vectorizes it (`omp simd`); and a generic one with
 computed offsets, for non-contiguous or oddly broadcast inputs. Tails need no special case:
-the loops run to the exact length. TUNE: OpenMP schedule chunk and the block of elements one
-task handles.
+the loops run to the exact length. A scan kernel runs each row sequentially (one loop
+computing the scanned value, the running sum/product in double, and the outputs; no `omp
+simd`: every step depends on the last), rows split over OpenMP. TUNE: OpenMP schedule chunk and
+the block of elements one task handles.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import re
 
 from kcoder.policy.emit_common import closure, row_levels, substitute
-from kcoder.policy.kernel import Kernel, Plan
+from kcoder.policy.kernel import Kernel, Plan, Stmt
 
 TUNE = {"CHUNK": [0, 1, 16], "BLOCK": [1024, 4096, 16384]}
 CONFIG = {"CHUNK": 0, "BLOCK": 4096}
@@ -327,11 +329,53 @@ def render_rows(kernel: Kernel) -> list[str]:
     return lines
 
 
+def scan_parts(kernel: Kernel) -> tuple[list[Stmt], list[Stmt]]:
+    """A scan kernel's full-context statements: those the scanned value needs (before the
+    update) and the rest of what the stores need (after it: they may read the scan's result)."""
+    assert kernel.scan is not None
+    before = closure(kernel, [kernel.scan.value])
+    after = [s for s in closure(kernel, [v for _, v in kernel.stores]) if s not in before]
+    return before, after
+
+
+def scan_step(kernel: Kernel, acc: str, x: str) -> list[str]:
+    """The running value's update by x, and the scan's result (read before the update when exclusive)."""
+    scan = kernel.scan
+    assert scan is not None
+    update = f"{acc} {'*' if scan.kind == 'prod' else '+'}= (double)({x});"
+    result = f"const {scan.ctype} {scan.result} = ({scan.ctype}){acc};"
+    return [result, update] if scan.exclusive else [update, result]
+
+
+def render_scan(kernel: Kernel) -> list[str]:
+    scan, levels = kernel.scan, row_levels(kernel)
+    assert scan is not None and set(levels) <= {-1}
+    before, after = scan_parts(kernel)
+    load_row = _load_fn(kernel, "fast")
+    lines = _prelude(kernel) + [PARALLEL_FOR.rstrip(), "  for (int64_t o = 0; o < O; ++o) {"] + _bases(kernel, "    ")
+    lines += [f"    const {s.ctype} {s.var} = {substitute(s.expr, load_row)};" for s in levels.get(-1, [])]
+    lines.append(f"    double acc = {scan.identity};")
+    for path in PATHS:
+        load = _load_fn(kernel, path)
+        lines.append("    if (fast) {" if path == "fast" else "    } else {")
+        if path == "fast":
+            lines += _hoisted(kernel, "      ")
+        lines += ["      for (int64_t i = 0; i < L; ++i) {",
+                  f"        const int64_t r = {'L - 1 - i' if scan.reverse else 'i'};"]
+        body = [f"const {s.ctype} {s.var} = {s.expr};" for s in before] + scan_step(kernel, "acc", scan.value)
+        body += [f"const {s.ctype} {s.var} = {s.expr};" for s in after] + _full_store_lines(kernel)
+        for line in body:
+            line = _ELEMENT.sub(lambda m, path=path: _element_ref(kernel, path, int(m.group(1))), line)
+            lines.append(f"        {substitute(line, load)}")
+        lines.append("      }")
+    return lines + ["    }", "  }", "}"]
+
+
 def render_cpu(plan: Plan) -> str:
     """The cpp_sources text: includes, helpers, one function per kernel."""
     parts = ["#include <torch/extension.h>", "#include <omp.h>", "#include <algorithm>", "#include <cmath>",
              "#include <cstring>", "#include <vector>", GEOM, CPU_HELPERS, CPU_MATH]
     for kernel in plan.kernels:
-        body = render_rows(kernel) if kernel.dims else render_pointwise(kernel)
+        body = render_scan(kernel) if kernel.scan else render_rows(kernel) if kernel.dims else render_pointwise(kernel)
         parts.append("\n".join(body) + "\n")
     return "\n".join(parts)

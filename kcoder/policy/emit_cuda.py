@@ -11,7 +11,11 @@ per outer index running the stages sequentially, for many rows that are short or
 reduction over a dim that is not the innermost: adjacent threads then read adjacent addresses);
 "split", for a few very long rows with one stage and only per-row outputs (whole-tensor losses):
 each row is cut into chunks reduced by blocks of their own, and the last block of a row to
-finish (an atomic count) combines the partials and writes the row's outputs. TUNE: threads
+finish (an atomic count) combines the partials and writes the row's outputs. Scan kernels take
+"block" or "thread" by the same rule (no split: their outputs are full-size): a block scans its
+row chunk by chunk (each thread EPT consecutive elements scanned in registers, a block-wide
+exclusive scan of the threads' totals with warp shuffles, a running carry across chunks, all in
+double as the reductions accumulate); a thread scans its row sequentially. TUNE: threads
 per block and elements per thread, as -D flags on the CUDA unit only (the binding object is
 reused across points). Not run in kcoder's CI (no GPU there).
 """
@@ -21,8 +25,8 @@ from __future__ import annotations
 import math
 
 from kcoder.policy.emit_common import closure, row_levels, substitute
-from kcoder.policy.emit_cpu import GEOM
-from kcoder.policy.kernel import Kernel, Plan
+from kcoder.policy.emit_cpu import GEOM, scan_parts, scan_step
+from kcoder.policy.kernel import Kernel, Plan, Stmt
 
 TUNE = {"THREADS": [128, 256, 512, 1024], "EPT": [1, 2, 4]}
 CONFIG = {"THREADS": 256, "EPT": 1}
@@ -71,6 +75,36 @@ struct C_argmin { __device__ static Acc c(Acc a, Acc b) {
   const bool an = a.v != a.v, bn = b.v != b.v;
   if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
   return (b.v < a.v || (b.v == a.v && b.i < a.i)) ? b : a; } };
+struct S_sum { __device__ static double c(double a, double b) { return a + b; } };
+struct S_prod { __device__ static double c(double a, double b) { return a * b; } };
+// The exclusive prefix of v over the block's threads (blockDim.x a multiple of 32), and the
+// block's total in `total`: a shuffle scan per warp, then one of the warps' totals.
+template <class Op>
+__device__ double kc_block_scan(double v, double id, double* sh, double& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  double x = v;
+  for (int s = 1; s < 32; s <<= 1) {
+    const double y = __shfl_up_sync(0xffffffffu, x, s);
+    if (lane >= s) x = Op::c(y, x);
+  }
+  if (lane == 31) sh[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    double w = lane < nw ? sh[lane] : id;
+    for (int s = 1; s < 32; s <<= 1) {
+      const double y = __shfl_up_sync(0xffffffffu, w, s);
+      if (lane >= s) w = Op::c(y, w);
+    }
+    if (lane < nw) sh[lane] = w;
+  }
+  __syncthreads();
+  const double before = warp ? sh[warp - 1] : id;
+  total = sh[nw - 1];
+  double excl = __shfl_up_sync(0xffffffffu, x, 1);
+  excl = lane ? Op::c(before, excl) : before;
+  __syncthreads();  // sh is reused by the next chunk
+  return excl;
+}
 template <class Op>
 __device__ Acc kc_block_reduce(Acc v, Acc* sh) {
   sh[threadIdx.x] = v;
@@ -207,8 +241,58 @@ def _split_combine(kind: str, n: int) -> list[str]:
             f"  a{n} = kc_block_reduce<C_{kind}>(a{n}, sh);"]
 
 
+def _scan_element(kernel: Kernel, stmts: list[Stmt], tail: list[str], indent: str) -> list[str]:
+    """`stmts` (in the element loop's scope), then `tail`, with the operands' loads substituted."""
+    load = _load_fn(kernel)
+    return [f"{indent}{substitute(line, load)}" for line in
+            [f"const {s.ctype} {s.var} = {s.expr};" for s in stmts] + tail]
+
+
+def _scan_body(kernel: Kernel, layout: str) -> list[str]:
+    """A scan row: sequential in one thread, or chunk by chunk across the block (the module
+    docstring says how). `r` is the element's position (from the row's end when reverse)."""
+    scan = kernel.scan
+    assert scan is not None and set(row_levels(kernel)) <= {-1}
+    before, after = scan_parts(kernel)
+    load, op = _load_fn(kernel), f"S_{scan.kind}"
+    lines = [f"  const {s.ctype} {s.var} = {substitute(s.expr, load)};" for s in row_levels(kernel).get(-1, [])]
+    pos = "a.L - 1 - i" if scan.reverse else "i"
+    if layout == "thread":
+        lines += [f"  double acc = {scan.identity};", "  for (long long i = 0; i < a.L; ++i) {",
+                  f"    const long long r = {pos};"]
+        lines += _scan_element(kernel, before, scan_step(kernel, "acc", scan.value), "    ")
+        return lines + _scan_element(kernel, after, _stores(kernel), "    ") + ["  }"]
+    # a thread's EPT elements: the value each adds (identity past the end), scanned in registers
+    lines += [f"  double carry = {scan.identity};",
+              "  for (long long c = 0; c < a.L; c += (long long)blockDim.x * EPT) {",
+              "    double run[EPT];", f"    double acc = {scan.identity};",
+              "    #pragma unroll", "    for (int e = 0; e < EPT; ++e) {",
+              "      const long long i = c + (long long)threadIdx.x * EPT + e;",
+              f"      double x = {scan.identity};",
+              "      if (i < a.L) {", f"        const long long r = {pos};"]
+    lines += _scan_element(kernel, before, [f"x = (double)({scan.value});"], "        ")
+    step = ["run[e] = acc;", f"acc = {op}::c(acc, x);"] if scan.exclusive else [f"acc = {op}::c(acc, x);",
+                                                                                  "run[e] = acc;"]
+    lines += ["      }"] + [f"      {line}" for line in step] + ["    }"]
+    lines += ["    double total;",
+              f"    const double pre = {op}::c(carry, kc_block_scan<{op}>(acc, {scan.identity}, sh, total));",
+              "    #pragma unroll", "    for (int e = 0; e < EPT; ++e) {",
+              "      const long long i = c + (long long)threadIdx.x * EPT + e;",
+              "      if (i >= a.L) break;", f"      const long long r = {pos};",
+              f"      const {scan.ctype} {scan.result} = ({scan.ctype}){op}::c(pre, run[e]);"]
+    again = closure(kernel, [v for _, v in kernel.stores])  # another scope: the prologue's values again
+    lines += _scan_element(kernel, again, _stores(kernel), "      ")
+    return lines + ["    }", f"    carry = {op}::c(carry, total);", "  }"]
+
+
 def row_kernel(kernel: Kernel) -> list[str]:
     layout = row_layout(kernel)
+    if kernel.scan:
+        shared = [] if layout == "thread" else ["  __shared__ double sh[32];"]
+        head = (["  const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "  if (o >= a.O) return;"]
+                if layout == "thread" else ["  const long long o = blockIdx.x;"])
+        return ([f"__global__ void {kernel.name}_kernel(const KArgs a) {{"] + shared + _pointers(kernel) + head
+                + _bases(kernel, "  ") + _scan_body(kernel, layout) + ["}"])
     if layout == "thread":
         lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{"] + _pointers(kernel)
         lines += ["  const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;",

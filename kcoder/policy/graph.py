@@ -1,7 +1,8 @@
 """The captured graph in the planner's terms: sources, pointwise ops, reductions, views and
 library calls, with the composite reductions (mean, var, max.dim ...) rewritten into the few
-reductions the templates know (sum, prod, max, min, argmax, argmin) plus pointwise ops, and
-pooling rewritten as a window view (unfold) reduced over its window dims.
+reductions the templates know (sum, prod, max, min, argmax, argmin) plus pointwise ops,
+pooling rewritten as a window view (unfold) reduced over its window dims, and cumsum/cumprod as
+scan nodes (with the reverse and exclusive forms recognized: see `_scan_family`).
 
 Every op the policy cannot lower stays a node of kind "unsupported"; `census` counts them by
 ATen name so that the report can say exactly what is missing.
@@ -135,11 +136,13 @@ def _normalize(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node
         return reduced
     if packet == "gather" and len(args) >= 3 and isinstance(args[2], Ref):
         return _gather(name, args, g, op)
+    if packet in ("cumsum", "cumprod", "flip", "cat"):
+        return [_scan_family(packet, args, base, g)]
     if packet in VIEWS:
         return [Node(kind="view", op=packet, args=args, attrs=kwargs, **base)]
     if packet in LIBRARY:
         return [Node(kind="lib", op=packet, args=args, attrs={"needs": LIBRARY[packet]}, **base)]
-    if packet in ("scalar_tensor", "full"):
+    if packet in ("scalar_tensor", "full", "full_like"):
         value = args[0] if packet == "scalar_tensor" else args[1]
         return [Node(kind="pw", op="const", args=[value], **base)]
     if packet in ("_to_copy", "convert_element_type", "clone"):
@@ -372,3 +375,79 @@ def _window_shape(shape: tuple[int, ...], spec: dict[str, Any]) -> tuple[int, ..
     outs = tuple((n - (k - 1) * dil - 1) // s + 1 for n, k, s, dil in zip(
         shape[len(shape) - nd:], spec["kernel"], spec["stride"], spec["dilation"], strict=True))
     return tuple(shape[:len(shape) - nd]) + outs + tuple(spec["kernel"])
+
+
+# --- scans ---------------------------------------------------------------------------------
+# cumsum/cumprod along one dim become a node of kind "scan" (op sum or prod, attrs dim, reverse,
+# exclusive). Two spellings of variants are recognized because they are whole patterns, not
+# ops the planner could lower one by one: flip(d) -> scan along d -> flip(d) is the scan run
+# from the row's end (torch has no negative strides, so the flips cannot be views), and
+# cat((identity of size 1 along d, scan(x[..., :n-1]) along d), d) is the exclusive scan of x
+# (the prefix before each position). Any other flip or cat stays unsupported, named.
+
+def _scan_family(packet: str, args: list[Any], base: dict[str, Any], g: Graph) -> Node:
+    node = {"cumsum": _scan, "cumprod": _scan, "flip": _reverse_scan, "cat": _exclusive_scan}[packet](
+        packet, args, base, g)
+    return node or Node(kind="unsupported", op=packet, args=args, **base)
+
+
+def _scan(packet: str, args: list[Any], base: dict[str, Any], g: Graph) -> Node | None:
+    if not isinstance(args[0], Ref) or not _in_shape(g, args[0]):
+        return None
+    if base["dtype"] != "torch.float32":  # int64 accumulation (cumsum of int or bool): not lowered
+        return Node(kind="unsupported", op=packet, args=args,
+                    **{**base, "aten": f"{base['aten']} ({base['dtype']} output)"})
+    attrs = {"dim": args[1] % len(_in_shape(g, args[0])), "reverse": False, "exclusive": False}
+    return Node(kind="scan", op=packet[3:], args=[args[0]], attrs=attrs, **base)
+
+
+def _reverse_scan(packet: str, args: list[Any], base: dict[str, Any], g: Graph) -> Node | None:
+    """flip(scan(flip(x, [d])), [d]) -> the scan of x from the row's end."""
+    scan = g.nodes.get(args[0].name) if isinstance(args[0], Ref) else None
+    if scan is None or scan.kind != "scan" or not _flips_only(args[1], scan.attrs["dim"], len(scan.shape)):
+        return None
+    inner = g.nodes[scan.args[0].name]
+    if inner.op != "flip" or not _flips_only(inner.args[1], scan.attrs["dim"], len(scan.shape)):
+        return None
+    attrs = {**scan.attrs, "reverse": not scan.attrs["reverse"]}
+    return Node(kind="scan", op=scan.op, args=[inner.args[0]], attrs=attrs, **base)
+
+
+def _flips_only(dims: Any, dim: int, rank: int) -> bool:
+    return isinstance(dims, list) and [d % rank for d in dims] == [dim]
+
+
+def _exclusive_scan(packet: str, args: list[Any], base: dict[str, Any], g: Graph) -> Node | None:
+    """cat((identity with size 1 along d, scan(x[:n-1] along d)), d) -> the exclusive scan of x."""
+    parts, shape = args[0], base["shape"]
+    if len(parts) != 2 or not all(isinstance(a, Ref) for a in parts) or not shape:
+        return None
+    dim = (args[1] if len(args) > 1 else 0) % len(shape)
+    head, scan = g.nodes[parts[0].name], g.nodes[parts[1].name]
+    if scan.kind != "scan" or scan.attrs["dim"] != dim or scan.attrs["exclusive"] or scan.attrs["reverse"]:
+        return None
+    identity = 1.0 if scan.op == "prod" else 0.0
+    if head.op != "const" or head.args[0] != identity or _pad(head.shape, len(shape)) != _one_along(shape, dim):
+        return None
+    body = g.nodes[scan.args[0].name]
+    if body.op != "slice" or not _drops_last(body, dim, shape, g):
+        return None
+    return Node(kind="scan", op=scan.op, args=[body.args[0]], attrs={**scan.attrs, "exclusive": True}, **base)
+
+
+def _one_along(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    return tuple(1 if i == dim else s for i, s in enumerate(shape))
+
+
+def _pad(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def _drops_last(node: Node, dim: int, shape: tuple[int, ...], g: Graph) -> bool:
+    """`node` is x[..., 0:n-1] along dim (step 1) of an x of `shape`."""
+    x, n = node.args[0], shape[dim]
+    d, start, end, step = (node.args + [0, None, None, 1])[1:5]
+    if not isinstance(x, Ref) or _in_shape(g, x) != shape or d % len(shape) != dim:
+        return False
+    end = n if end is None else (end + n if end < 0 else min(end, n))
+    return (start or 0) == 0 and end == n - 1 and (step or 1) == 1

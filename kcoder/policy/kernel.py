@@ -1,5 +1,5 @@
 """What a plan is made of: kernels (a domain, reduced dims, operands, statements, reduction
-stages, stores) and the forward steps that call them. Built by plan.py, rendered by
+stages or one scan, stores) and the forward steps that call them. Built by plan.py, rendered by
 emit_cpu.py / emit_cuda.py."""
 
 from __future__ import annotations
@@ -36,6 +36,23 @@ class Stage:
 
 
 @dataclass
+class Scan:
+    """A running sum/product along the kernel's single dim: `result` is a full-context value
+    (its prefix at each position), read by the stores and the statements after it."""
+
+    kind: str  # sum, prod
+    value: str  # the full-context value scanned
+    result: str
+    ctype: str
+    reverse: bool = False  # from the row's end (flip, cumsum, flip)
+    exclusive: bool = False  # the prefix before the position (cat(zero, cumsum(x[:-1])))
+
+    @property
+    def identity(self) -> str:
+        return "1.0" if self.kind == "prod" else "0.0"
+
+
+@dataclass
 class Kernel:
     name: str
     domain: tuple[int, ...]
@@ -44,6 +61,7 @@ class Kernel:
     stmts: list[Stmt] = field(default_factory=list)
     stages: list[Stage] = field(default_factory=list)
     stores: list[tuple[int, str]] = field(default_factory=list)  # (operand index, value)
+    scan: Scan | None = None  # a scan kernel: dims is the scanned dim, there are no stages
 
     @property
     def perm(self) -> list[int]:
@@ -52,6 +70,10 @@ class Kernel:
     def describe(self) -> str:
         if not self.dims:
             return f"pointwise over {list(self.domain)}"
+        if self.scan:
+            how = "".join(f"{w} " for w, on in (("reverse", self.scan.reverse), ("exclusive", self.scan.exclusive))
+                          if on)
+            return f"{how}scan (cum{self.scan.kind}) along dim {self.dims[0]} of {list(self.domain)}"
         kinds = "+".join(s.kind for s in self.stages)
         return f"row reduction ({kinds}) over dims {list(self.dims)} of {list(self.domain)}"
 

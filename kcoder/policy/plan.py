@@ -1,7 +1,7 @@
 """Partition a Graph into kernels and the forward's Python steps (allocation and views only).
 
 A kernel iterates over a domain X (a shape) split into outer dims and reduced dims D (none for
-a pointwise kernel). Values inside it live in one of two contexts: "full" (one per element of
+a pointwise kernel; one for a scan kernel). Values inside it live in one of two contexts: "full" (one per element of
 X) or "row" (one per outer index: results of reductions over D, and what is computed from
 them). Pointwise ops are inlined into whichever kernel needs them (recomputing is cheaper
 than a round trip to memory); a value is materialized (written by a kernel of its own) only
@@ -9,6 +9,11 @@ where it must be: graph outputs, inputs of library calls and of views that are n
 and reductions that do not fit the consuming kernel's domain. Every tensor a kernel reads is
 passed as a view expanded to X and permuted so that D comes last: the kernel indexes it with
 strides, so broadcasting and non-contiguous inputs need no copy.
+
+A scan (cumsum/cumprod) is the root of a kernel over its input's shape with the scanned dim as
+D: the pointwise DAG it scans is inlined before it (a masked cumsum is one kernel) and the
+pointwise ops over its result of the same shape after it (the epilogue). Such a kernel holds
+one scan and no reduction stages: a reduction it would need is materialized first.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 from kcoder.policy import ops
 from kcoder.policy.graph import DTYPES, Graph, Node, Ref
-from kcoder.policy.kernel import Kernel, Operand, Plan, Stage, Stmt
+from kcoder.policy.kernel import Kernel, Operand, Plan, Scan, Stage, Stmt
 
 
 class Unsupported(Exception):
@@ -96,7 +101,7 @@ class Planner:
             self._assign(name, self.materialize(node.args[0].name) + _view_suffix(node, self.g))
         elif node.kind == "lib":
             self._library(node)
-        elif node.kind in ("pw", "reduce"):
+        elif node.kind in ("pw", "reduce", "scan"):
             while True:  # a value a kernel cannot inline is materialized first, then it retries
                 try:
                     self._kernel(node)
@@ -180,6 +185,7 @@ class KernelBuilder:
 
     def __init__(self, planner: Planner, root: Node, name: str) -> None:
         self.p, self.g, self.root = planner, planner.g, root
+        self.scan_node: Node | None = None  # the scan of a scan kernel (set by _domain)
         domain, dims, self.root_ctx = self._domain(root)
         self.k = Kernel(name, domain, dims)
         self.memo: dict[tuple[str, str], tuple[str, int]] = {}
@@ -189,6 +195,11 @@ class KernelBuilder:
 
     # --- domain --------------------------------------------------------------------------
     def _domain(self, root: Node) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+        scan = root if root.kind == "scan" else next(
+            (n for n in self._reductions_below(root, "scan") if n.shape == root.shape), None)
+        if scan is not None and (root.kind == "scan" or not self._reductions_below(root)):
+            self.scan_node = scan
+            return scan.shape, (scan.attrs["dim"],), "full"
         if root.kind == "reduce":
             x = self.g.nodes[root.args[0].name].shape
             return x, tuple(root.attrs["dims"]), self._row_form(root.shape, x, root.attrs["dims"])
@@ -211,14 +222,15 @@ class KernelBuilder:
             return "sq"
         return ""
 
-    def _reductions_below(self, root: Node) -> list[Node]:
+    def _reductions_below(self, root: Node, kind: str = "reduce") -> list[Node]:
+        """The reductions (or scans) that the pointwise DAG of `root` reads, not yet materialized."""
         found, stack, seen = [], [root.name], set()
         while stack:
             node = self.g.nodes[stack.pop()]
             if node.name in seen or node.name in self.p.py:
                 continue
             seen.add(node.name)
-            if node.kind == "reduce":
+            if node.kind == kind:
                 found.append(node)
             elif node.kind in ("pw", "view"):
                 stack.extend(node.refs())
@@ -256,6 +268,8 @@ class KernelBuilder:
             result = self._pointwise(node, ctx)
         elif node.kind == "reduce" and self._reduction_fits(node, ctx):
             result = self._stage(node)
+        elif node.kind == "scan" and node is self.scan_node and ctx == "full":
+            result = self._scan(node)
         else:
             raise _NeedMaterialized(name)
         self.memo[key] = result
@@ -280,7 +294,8 @@ class KernelBuilder:
 
     def _reduction_fits(self, node: Node, ctx: str) -> bool:
         x, dims = self.k.domain, self.k.dims
-        if not dims or self.g.nodes[node.args[0].name].shape != x or tuple(node.attrs["dims"]) != dims:
+        if not dims or self.scan_node or self.g.nodes[node.args[0].name].shape != x or \
+                tuple(node.attrs["dims"]) != dims:
             return False
         form = self._row_form(node.shape, x, dims)
         return form == "kd" if ctx in ("full", "kd") else form == "sq"
@@ -318,6 +333,13 @@ class KernelBuilder:
         self.stage_of[node.name] = (var, len(self.k.stages) - 1)
         self.used.add(var)
         return self.stage_of[node.name]
+
+    def _scan(self, node: Node) -> tuple[str, int]:
+        value, _ = self.ref(node.args[0].name, "full")
+        var = f"v_{node.name}"
+        self.k.scan = Scan(node.op, value, var, DTYPES[node.dtype], node.attrs["reverse"], node.attrs["exclusive"])
+        self.used.add(var)
+        return var, -1
 
     # --- loads -----------------------------------------------------------------------------
     def _load(self, name: str, ctx: str) -> tuple[str, int]:

@@ -108,9 +108,9 @@ def test_vector_norms_are_row_reductions(graphs, tmp_path):
 
 def test_unsupported_ops_are_counted_by_name(graphs):
     with pytest.raises(Unsupported) as info:
-        plan_graph(graphs(HERE / "cumsum.py"), [])
-    assert info.value.census == {"aten.cumsum.default": 1}
-    assert str(info.value) == "unsupported: aten.cumsum.default x1"
+        plan_graph(graphs(HERE / "sort.py"), [])
+    assert info.value.census == {"aten.sort.default": 1}
+    assert str(info.value) == "unsupported: aten.sort.default x1"
 
 
 def test_capture_error_names_the_file(tmp_path):
@@ -122,7 +122,7 @@ def test_capture_error_names_the_file(tmp_path):
         capture_graph(bad, tmp_path / "work")
 
 
-@pytest.mark.parametrize("problem", ["reductions.py", "linear_epilogue.py", "conv_bn_relu.py"])
+@pytest.mark.parametrize("problem", ["reductions.py", "linear_epilogue.py", "conv_bn_relu.py", "scans.py"])
 def test_generated_files_pass_the_static_checks(graphs, problem):
     from kcoder.evaluate.static import check_source
 
@@ -137,7 +137,7 @@ def test_generated_files_pass_the_static_checks(graphs, problem):
 def test_cuda_source_for_each_family(graphs, tmp_path):
     """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags;
     when nvcc is present, the torch-free CUDA unit compiles."""
-    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py"):
+    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py", "scans.py"):
         graph = graphs(HERE / problem)
         plan = plan_graph(graph, [])
         cpp, cuda = render_cuda(plan)
@@ -264,3 +264,42 @@ def test_pooling_with_padding_or_indices_stays_unsupported(graphs, tmp_path):
     with pytest.raises(Unsupported) as info:
         plan_graph(graphs(indices), [])
     assert info.value.census == {"aten.max_pool2d_with_indices.default (indices)": 1}
+
+
+def test_scans_fuse_prologue_and_epilogue(graphs):
+    """One kernel per scan: the masked cumsum with its mask product and epilogue inlined, the
+    cumprod along a middle dim read through a permuted view (thread per strided row on CUDA),
+    and the reverse and exclusive spellings read x itself (no flip or cat kernel)."""
+    graph = graphs(HERE / "scans.py")
+    plan = plan_graph(graph, [])
+    assert {k.describe(): row_layout(k) for k in plan.kernels} == {
+        "scan (cumsum) along dim 1 of [37, 2999]": "block",
+        "scan (cumprod) along dim 1 of [2, 1003, 2051]": "thread",
+        "reverse scan (cumsum) along dim 1 of [37, 2999]": "block",
+        "exclusive scan (cumsum) along dim 1 of [37, 2999]": "block"}
+    assert plan.lines[1] == "_ext.k0([inputs[0], inputs[1], t_add])"
+    assert plan.lines[3] == "_ext.k1([inputs[2].permute(0, 2, 1), t_cumprod.permute(0, 2, 1)])"
+    assert [line for line in plan.lines if line.startswith("_ext.k")][2:] == [
+        "_ext.k2([inputs[0], t_flip_1])", "_ext.k3([inputs[0], t_cat])"]
+    masked = plan.kernels[0]
+    assert masked.scan.value == "v_mul" and [v for _, v in masked.stores] == ["v_add"]
+    source = render_program(plan, graph, "cpu", "scans.py")
+    assert source.count("const int64_t r = L - 1 - i;") == 2  # the reverse scan, both paths
+
+
+def test_scans_along_any_dim_and_what_stays_unsupported(graphs, tmp_path):
+    problem = _module(tmp_path, "scan_dims", [], "torch.cumsum(x0, dim=-1), torch.relu(torch.cumprod(x1, 0)) + x1",
+                      [(5, 7, 1001), (33, 6)])
+    plan = plan_graph(graphs(problem), [])
+    assert [k.describe() for k in plan.kernels] == ["scan (cumsum) along dim 2 of [5, 7, 1001]",
+                                                    "scan (cumprod) along dim 0 of [33, 6]"]
+    # one module, every case an output: the census names each
+    cases = {"torch.cumsum(x0 > 0, 1)": "aten.cumsum.default (torch.int64 output)",
+             "x0.flip(1).cumsum(1)": "aten.flip.default",  # only flip, scan, flip is a reverse scan
+             "x0.flip(0).cumsum(1).flip(0)": "aten.flip.default",
+             "torch.cat((torch.ones_like(x0[:, :1]), x0[:, :-1].cumsum(1)), 1)": "aten.cat.default",
+             "torch.cummax(x0, 1).values": "aten.cummax.default"}
+    with pytest.raises(Unsupported) as info:
+        plan_graph(graphs(_module(tmp_path, "scan_bad", [], ", ".join(cases), [(4, 9)])), [])
+    assert info.value.census == {"aten.cumsum.default (torch.int64 output)": 1, "aten.flip.default": 3,
+                                 "aten.cat.default": 1, "aten.cummax.default": 1}

@@ -42,7 +42,8 @@ def _tools(run_dir: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, allow", [("pointwise.py", []), ("reductions.py", []),
-                                         ("linear_epilogue.py", ["gemm"]), ("pooling.py", [])])
+                                         ("linear_epilogue.py", ["gemm"]), ("pooling.py", []),
+                                         ("scans.py", [])])
 def test_each_family_is_verified_by_the_evaluator(name, allow, tmp_path):
     generated = generate(HERE / name, Settings(device="cpu", allow=allow), tmp_path / "work")
     assert generated.source is not None, generated.error
@@ -53,16 +54,16 @@ def test_each_family_is_verified_by_the_evaluator(name, allow, tmp_path):
 
 
 def test_unsupported_module_is_named_in_output_and_report(tmp_path):
-    problem = _copy(HERE / "cumsum.py", tmp_path)
+    problem = _copy(HERE / "sort.py", tmp_path)
     buf = io.StringIO()
     settings = Settings(device="cpu", runs_dir=tmp_path / "runs", preflight=False)  # the CLI test runs it
     code = optimize(problem, settings, Output(Console(file=buf, width=200)))
     run_dir = next((tmp_path / "runs").iterdir())
     report = json.loads((run_dir / "report.json").read_text())
     assert code == 1 and report["best"] is None and report["model"] == "builtin"
-    assert report["policy"]["unsupported"] == {"aten.cumsum.default": 1}
-    assert "unsupported: aten.cumsum.default x1" in (run_dir / "report.md").read_text()
-    assert "unsupported: aten.cumsum.default x1" in buf.getvalue()
+    assert report["policy"]["unsupported"] == {"aten.sort.default": 1}
+    assert "unsupported: aten.sort.default x1" in (run_dir / "report.md").read_text()
+    assert "unsupported: aten.sort.default x1" in buf.getvalue()
     assert "built-in policy" in buf.getvalue().splitlines()[0]
     assert not (run_dir / "model_new.py").exists() and _tools(run_dir) == ["finish"]
     # --resume continues the same run directory and ends the same way

@@ -1,4 +1,4 @@
-"""A scan: not a pattern the built-in policy knows."""
+"""A sort: not a pattern the built-in policy knows."""
 
 import torch
 import torch.nn as nn
@@ -6,7 +6,7 @@ import torch.nn as nn
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, dim=1) + torch.relu(x)
+        return torch.sort(x, dim=1).values + torch.relu(x)
 
 
 def get_inputs():
