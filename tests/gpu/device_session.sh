@@ -138,10 +138,12 @@ kb() {
   families="$(ls tests/policy/problems/*.py | grep -v sort)"
   l1=""; for n in ${KB_L1:-}; do l1="$l1 $KB/level1/$n.py"; done
   l2=""; for n in ${KB_L2:-}; do l2="$l2 $KB/level2/$n.py"; done
-  { for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; echo "$d/model.py $KB_SOL/examples/$(basename "$d").py"; done
-    for f in $families; do echo "$f $KB_SOL/examples/$(basename "$f")"; done
-    for f in $l2; do echo "$f $KB_SOL/level2/$(basename "$f")"; done
-    for f in $l1; do echo "$f $KB_SOL/level1/$(basename "$f")"; done
+  has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+  { has examples && for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; done
+    has policy && for d in examples/*/; do echo "$d/model.py $KB_SOL/examples/$(basename "$d").py"; done
+    has policy && for f in $families; do echo "$f $KB_SOL/examples/$(basename "$f")"; done
+    has l2 && for f in $l2; do echo "$f $KB_SOL/level2/$(basename "$f")"; done
+    has l1 && for f in $l1; do echo "$f $KB_SOL/level1/$(basename "$f")"; done
   } | MAX_JOBS=4 xargs -P 8 -L 1 sh -c 'python3 -m kcoder eval "$0" "$1" --device cuda --stop-after build \
         --allow gemm,conv --json 2>&1 | grep -E "\"(compiled|reason)\"" | tr -d "\n"; echo " $1"' \
     > "$out/prebuild.log"
@@ -154,13 +156,14 @@ kb() {
     timeout "$limit" python3 -m kcoder suite "$@" --device cuda --backend pool --budget 1 --allow gemm,conv \
       --out "$out/$name" > "$out/$name.log" 2>&1; echo "rc=$?"; grep -vE "^\s*$" "$out/$name.log" | tail -24
   }
-  case " $parts " in *" test "*)
+  if has test; then
     timeout 150 python3 -m pytest -m gpu -q -s tests/gpu/test_policy_cuda.py -k space_tunes 2>&1 \
-      | tee "$out/policy_tests.log" | grep -E "passed|failed|Error|assert";; esac
-  case " $parts " in *" examples "*) suite_run suite_examples 200 examples;; esac
-  case " $parts " in *" policy "*) suite_run suite_policy_examples 200 examples $families --solutions "$KB_SOL/examples";; esac
-  case " $parts " in *" l2 "*) [ -n "$l2" ] && suite_run suite_kb2 "${KB2_S:-240}" $l2 --solutions "$KB_SOL/level2";; esac
-  case " $parts " in *" l1 "*) [ -n "$l1" ] && suite_run suite_kb1 "${KB1_S:-400}" $l1 --solutions "$KB_SOL/level1";; esac
+      | tee "$out/policy_tests.log" | grep -E "passed|failed|Error|assert"
+  fi
+  has examples && suite_run suite_examples 200 examples
+  has policy && suite_run suite_policy_examples 200 examples $families --solutions "$KB_SOL/examples"
+  has l2 && [ -n "$l2" ] && suite_run suite_kb2 "${KB2_S:-240}" $l2 --solutions "$KB_SOL/level2"
+  has l1 && [ -n "$l1" ] && suite_run suite_kb1 "${KB1_S:-400}" $l1 --solutions "$KB_SOL/level1"
 }
 
 profile_tests() {
