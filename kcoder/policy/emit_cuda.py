@@ -2,9 +2,9 @@
 
 The binding (cpp_sources) checks the operands, coalesces their dims on the host (the same
 code as the cpu target) and passes pointers, sizes and strides by value to a launcher in a
-torch-free CUDA unit, on the current stream. Pointwise kernels: a grid-stride loop, EPT
-elements per thread. Row kernels take one of three layouts, chosen from the kernel's static
-shape (`row_layout`): "block", one block per outer index: each reduction stage is a
+torch-free CUDA unit, on the current stream. Pointwise kernels: a grid-stride loop over tiles
+of EPT elements per thread (`pointwise_kernel`). Row kernels take one of three layouts, chosen
+from the kernel's static shape (`row_layout`): "block", one block per outer index: each reduction stage is a
 thread-strided loop and a shared-memory tree reduction (index-aware for argmax/argmin, so the
 first index wins as in PyTorch), then the element loop writes the outputs; "thread", one thread
 per outer index running the stages sequentially, for many rows that are short or strided (a
@@ -156,16 +156,30 @@ def _bases(kernel: Kernel, indent: str) -> list[str]:
 
 
 def pointwise_kernel(kernel: Kernel) -> list[str]:
+    """Rows of at least THREADS elements: a block takes a tile of one row, so the operands' bases
+    (integer divisions per outer dim) are computed once per tile and each element costs one
+    multiply-add of its index; shorter rows: a flat index over all elements. In both, element e
+    of a thread is e * THREADS past its first, so every load of a warp is contiguous."""
+    element = _element(kernel, [v for _, v in kernel.stores], _stores(kernel), "        ")
     lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{"] + _pointers(kernel)
-    lines += ["  const long long N = a.O * a.L;",
-              "  const long long step = (long long)gridDim.x * blockDim.x * EPT;",
-              "  for (long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * EPT; w < N; w += step) {",
-              "    #pragma unroll",
-              "    for (int e = 0; e < EPT; ++e) {",
-              "      if (w + e >= N) break;",
-              "      const long long o = a.O == 1 ? 0 : (w + e) / a.L, r = a.O == 1 ? w + e : (w + e) % a.L;"]
+    lines += ["  const long long tile = (long long)THREADS * EPT;",
+              "  if (a.L >= THREADS) {",
+              "    const long long per_row = (a.L + tile - 1) / tile;",
+              "    for (long long t = blockIdx.x; t < a.O * per_row; t += gridDim.x) {",
+              "      const long long o = t / per_row, r0 = (t % per_row) * tile + threadIdx.x;"]
     lines += _bases(kernel, "      ")
-    lines += _element(kernel, [v for _, v in kernel.stores], _stores(kernel), "      ")
+    lines += ["      #pragma unroll", "      for (int e = 0; e < EPT; ++e) {",
+              "        const long long r = r0 + (long long)e * THREADS;",
+              "        if (r >= a.L) break;"]
+    lines += element + ["      }", "    }", "    return;", "  }"]
+    lines += ["  const long long N = a.O * a.L, stride = (long long)gridDim.x * tile;",
+              "  for (long long w = (long long)blockIdx.x * tile + threadIdx.x; w < N; w += stride) {",
+              "    #pragma unroll", "    for (int e = 0; e < EPT; ++e) {",
+              "      const long long i = w + (long long)e * THREADS;",
+              "      if (i >= N) break;",
+              "      const long long o = i / a.L, r = i % a.L;"]
+    lines += _bases(kernel, "      ")
+    lines += [line[2:] for line in element]
     return lines + ["    }", "  }", "}"]
 
 
@@ -321,8 +335,10 @@ def launcher(kernel: Kernel) -> list[str]:
                        "  return cudaGetLastError();", "}"]
     grid = {"block": "(unsigned)(a.O > 0x7fffffffLL ? 0x7fffffffLL : a.O)",
             "thread": "(unsigned)((a.O + THREADS - 1) / THREADS)",
-            "pointwise": "(unsigned)std::min<long long>((a.O * a.L + (long long)THREADS * EPT - 1) / "
-                         "((long long)THREADS * EPT), 1LL << 20)"}[layout]
+            "pointwise": "(unsigned)std::min<long long>(a.L >= THREADS ? a.O * ((a.L + tile - 1) / tile) : "
+                         "(a.O * a.L + tile - 1) / tile, 1LL << 20)"}[layout]
+    if layout == "pointwise":
+        head.append("  const long long tile = (long long)THREADS * EPT;")
     return head + [f"  {kernel.name}_kernel<<<{grid}, THREADS, 0, stream>>>(a);",
                    "  return cudaGetLastError();", "}"]
 
