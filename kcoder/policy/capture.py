@@ -99,9 +99,26 @@ def _serialize(gm: Any, placeholders: list[dict[str, Any]], n_inputs: int) -> di
         elif node.op == "output":
             result = node.args[0]
             outputs = [_arg(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
+        elif node.op == "get_attr" and _scalar(getattr(gm, node.target, None)) is not None:
+            # a 0-d constant built in forward (`torch.tensor(0.5)`): its value is all a kernel needs
+            value = getattr(gm, node.target)
+            nodes.append({"name": node.name, "op": "constant", "value": _scalar(value), "shape": [],
+                          "dtype": str(value.dtype)})
         else:
             nodes.append({"name": node.name, "op": f"{node.op}:{node.target}", "shape": None, "dtype": None})
     return {"nodes": nodes, "outputs": outputs, "n_forward_args": n_inputs}
+
+
+def _scalar(value: Any) -> float | int | bool | None:
+    """The Python value of a 0-d real tensor (None for anything else, fake tensors included)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor) or value.dim() != 0 or value.is_complex():
+        return None
+    try:
+        return value.item()
+    except Exception:  # noqa: BLE001  a fake or meta tensor has no value
+        return None
 
 
 def _trace(problem: Path) -> dict[str, Any]:

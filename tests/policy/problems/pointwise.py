@@ -1,5 +1,6 @@
 """A pointwise DAG with broadcasting (a [1, 29, 1] parameter, a scalar mean), a transposed
-(non-contiguous) input, and odd sizes (29 x 31: not a multiple of any vector width)."""
+(non-contiguous) input, a 0-d tensor built in forward (`torch.tensor`, as KernelBench writes
+constants), and odd sizes (29 x 31: not a multiple of any vector width)."""
 
 import torch
 import torch.nn as nn
@@ -16,6 +17,7 @@ class Model(nn.Module):
         h = h + F.softplus(x) + F.leaky_relu(x, 0.2) + F.hardtanh(x) + torch.clamp(x, -0.5, 0.5)
         h = h + torch.sigmoid(y) * torch.tanh(x) + torch.where(x > y, x, y * 2) + torch.minimum(x, y)
         h = h + torch.pow(x.abs() + 1, 1.5) + torch.exp(-x * x) + torch.log(y.abs() + 1) + F.gelu(y)
+        h = h + torch.min(x, torch.tensor(0.25))
         return h * self.scale + y
 
 
