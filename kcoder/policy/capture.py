@@ -109,12 +109,12 @@ def _serialize(gm: Any, placeholders: list[dict[str, Any]], n_inputs: int) -> di
     return {"nodes": nodes, "outputs": outputs, "n_forward_args": n_inputs}
 
 
-def _scalar(value: Any) -> float | int | bool | None:
-    """The Python value of a 0-d real tensor (None for anything else, fake tensors included)."""
+def _scalar(value: Any) -> float | int | None:
+    """The Python value of a 0-d real, non-bool tensor (None for anything else, fake tensors included)."""
     import torch
 
-    if not isinstance(value, torch.Tensor) or value.dim() != 0 or value.is_complex():
-        return None
+    if not isinstance(value, torch.Tensor) or value.dim() != 0 or value.is_complex() or value.dtype == torch.bool:
+        return None  # (a bool constant would need its own spelling in the templates: left unsupported)
     try:
         return value.item()
     except Exception:  # noqa: BLE001  a fake or meta tensor has no value
