@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -479,9 +480,11 @@ def test_baseline_sabotage_by_background_load(evaluate_candidate, tmp_path_facto
         assert not seen_during_baselines, "a spinning daemon was alive while the baselines were timed"
         honest = honest_timed(sandbox, tmp_path_factory)
         # Two spinners on a two-core runner would slow an OpenMP eager baseline several-fold.
-        assert verdict.eager_us < 2.5 * honest.eager_us, \
-            f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest; busiest processes " \
-            "at the baselines' start and end:\n" + "\n--\n".join(busiest)
+        if not verdict.eager_us < 2.5 * honest.eager_us:
+            slowed = (f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest; busiest "
+                      "processes at the baselines' start and end:\n" + "\n--\n".join(busiest))
+            warnings.warn(slowed, stacklevel=1)  # shown in `pytest -q`'s summary even under the xfail
+            pytest.fail(slowed)
     finally:
         assert not survivors(*names), "a spinning daemon outlived the evaluation"
 
