@@ -56,6 +56,11 @@ def run_one(problem: Path, settings: Settings) -> dict:
     return {"code": code, "report": report}
 
 
+def problem_name(problem: Path) -> str:
+    """An examples-style problem (<name>/model.py) is named by its folder, as kcoder suite names it."""
+    return problem.parent.name if problem.name == "model.py" else problem.stem
+
+
 def family(report: dict) -> str:
     policy = report.get("policy") or {}
     if policy.get("unsupported"):
@@ -73,7 +78,7 @@ def emit(todo: list[Path], settings: Settings, out_dir: Path) -> None:
     covered, ops, errors = 0, Counter(), Counter()
     with tempfile.TemporaryDirectory(prefix="kcoder-bench-emit-") as tmp:
         for i, problem in enumerate(todo):
-            name = problem.parent.name if problem.name == "model.py" else problem.stem
+            name = problem_name(problem)
             g = generate(problem, settings, Path(tmp) / f"{i:03d}")
             if g.source is not None and not g.kernels:  # only library calls: nothing of the policy's to judge
                 errors["library calls only"] += 1
@@ -115,16 +120,17 @@ def main() -> None:
     rows, eager, compiled, failures = [], [], [], Counter()
     with tempfile.TemporaryDirectory(prefix="kcoder-bench-policy-") as tmp:
         for i, problem in enumerate(todo):
-            name = problem.parent.name if problem.name == "model.py" else problem.stem
+            name = problem_name(problem)
             settings = Settings(device=args.device, allow=parse_allow(args.allow), tune_trials=args.trials,
                                 budget=args.budget, runs_dir=Path(tmp) / f"{i:03d}")
             result = run_one(problem, settings)
             best = (result["report"] or {}).get("best")
             own_kernels = ((result["report"] or {}).get("policy") or {}).get("kernels")
-            if best and best.get("correct") and result["code"] == 0 and not own_kernels:
+            verified = bool(best and best.get("correct") and result["code"] == 0)
+            if verified and not own_kernels:
                 failures["library calls only"] += 1  # verified, but nothing of the policy's own to judge
                 line = f"{name:40} none      library calls only (no kernel of its own)"
-            elif best and best.get("correct") and result["code"] == 0:
+            elif verified:
                 se, sc = best.get("speedup_vs_eager"), best.get("speedup_vs_compile")
                 eager += [se] if se else []
                 compiled += [sc] if sc else []

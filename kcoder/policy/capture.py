@@ -99,11 +99,10 @@ def _serialize(gm: Any, placeholders: list[dict[str, Any]], n_inputs: int) -> di
         elif node.op == "output":
             result = node.args[0]
             outputs = [_arg(r) for r in (result if isinstance(result, (list, tuple)) else [result])]
-        elif node.op == "get_attr" and _scalar(getattr(gm, node.target, None)) is not None:
+        elif node.op == "get_attr" and (value := _scalar(getattr(gm, node.target, None))) is not None:
             # a 0-d constant built in forward (`torch.tensor(0.5)`): its value is all a kernel needs
-            value = getattr(gm, node.target)
-            nodes.append({"name": node.name, "op": "constant", "value": _scalar(value), "shape": [],
-                          "dtype": str(value.dtype)})
+            nodes.append({"name": node.name, "op": "constant", "value": value, "shape": [],
+                          "dtype": str(getattr(gm, node.target).dtype)})
         else:
             nodes.append({"name": node.name, "op": f"{node.op}:{node.target}", "shape": None, "dtype": None})
     return {"nodes": nodes, "outputs": outputs, "n_forward_args": n_inputs}

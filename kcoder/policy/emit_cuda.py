@@ -299,26 +299,22 @@ def _scan_body(kernel: Kernel, layout: str) -> list[str]:
     return lines + ["    }", f"    carry = {op}::c(carry, total);", "  }"]
 
 
+def _row_head(kernel: Kernel, layout: str, shared: list[str]) -> list[str]:
+    """A row kernel's signature, shared memory, pointers and its outer index `o`."""
+    split = ", Acc* __restrict__ part, unsigned* __restrict__ count" if layout == "split" else ""
+    params = "const KArgs a" + split
+    index = (["  const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "  if (o >= a.O) return;"]
+             if layout == "thread" else ["  const long long o = blockIdx.x;"])
+    return [f"__global__ void {kernel.name}_kernel({params}) {{"] + shared + _pointers(kernel) + index
+
+
 def row_kernel(kernel: Kernel) -> list[str]:
     layout = row_layout(kernel)
     if kernel.scan:
-        shared = [] if layout == "thread" else ["  __shared__ double sh[32];"]
-        head = (["  const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "  if (o >= a.O) return;"]
-                if layout == "thread" else ["  const long long o = blockIdx.x;"])
-        return ([f"__global__ void {kernel.name}_kernel(const KArgs a) {{"] + shared + _pointers(kernel) + head
-                + _bases(kernel, "  ") + _scan_body(kernel, layout) + ["}"])
-    if layout == "thread":
-        lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{"] + _pointers(kernel)
-        lines += ["  const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
-                  "  if (o >= a.O) return;"]
-    elif layout == "split":
-        lines = [f"__global__ void {kernel.name}_kernel(const KArgs a, Acc* __restrict__ part, "
-                 "unsigned* __restrict__ count) {", "  __shared__ Acc sh[THREADS];"] + _pointers(kernel)
-        lines += ["  const long long o = blockIdx.x;"]
-    else:
-        lines = [f"__global__ void {kernel.name}_kernel(const KArgs a) {{", "  __shared__ Acc sh[THREADS];"]
-        lines += _pointers(kernel) + ["  const long long o = blockIdx.x;"]
-    return lines + _bases(kernel, "  ") + _row_body(kernel, layout) + ["}"]
+        head = _row_head(kernel, layout, [] if layout == "thread" else ["  __shared__ double sh[32];"])
+        return head + _bases(kernel, "  ") + _scan_body(kernel, layout) + ["}"]
+    head = _row_head(kernel, layout, [] if layout == "thread" else ["  __shared__ Acc sh[THREADS];"])
+    return head + _bases(kernel, "  ") + _row_body(kernel, layout) + ["}"]
 
 
 def launcher(kernel: Kernel) -> list[str]:
