@@ -139,7 +139,8 @@ def _trace(problem: Path) -> dict[str, Any]:
     tensor_pos = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)]
     placeholders = [{"role": "param", "key": n} for n in params]
     placeholders += [{"role": "buffer" if n in persistent else "constant_buffer", "key": n} for n in buffers]
-    placeholders += [{"role": "input", "key": i} for i in tensor_pos]
+    # an input's strides too: the cuda target renders its kernels for them (geometry.py)
+    placeholders += [{"role": "input", "key": i, "stride": list(inputs[i].stride())} for i in tensor_pos]
 
     def forward(*args: Any) -> Any:
         state = dict(zip(names, args[:len(names)], strict=True))

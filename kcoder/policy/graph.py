@@ -62,7 +62,8 @@ def _normalize(item: dict[str, Any], raw: dict[str, Any], g: Graph) -> list[Node
     args, kwargs = from_json(item.get("args", [])), from_json(item.get("kwargs", {}))
     base = dict(name=name, shape=shape, dtype=dtype, aten=op)
     if op == "placeholder":
-        return [Node(kind="source", op=item["role"], args=[], attrs={"key": item["key"]}, **base)]
+        attrs = {"key": item["key"], **({"stride": item["stride"]} if item.get("stride") is not None else {})}
+        return [Node(kind="source", op=item["role"], args=[], attrs=attrs, **base)]
     if op == "<built-in function getitem>":
         return _getitem(item, raw, g)
     if op == "constant" and (not dtype or dtype in DTYPES):  # a 0-d tensor built in forward

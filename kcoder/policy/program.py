@@ -14,9 +14,8 @@ HEADER = '''"""Written by kcoder's built-in policy (no LLM) from {problem}.
 
 Kernels:
 {kernels}
-Every tensor a kernel reads is a view expanded to its domain (no copies); the kernels
-coalesce dims at run time and take a vectorized path when the innermost strides are the
-expected ones, a strided path otherwise. `kcoder tune` searches TUNE.
+Every tensor a kernel reads is a view expanded to its domain (no copies). {how}
+`kcoder tune` searches TUNE.
 """
 '''
 
@@ -102,14 +101,18 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str) -> str:
     """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA)."""
     kernels = "\n".join(f"  {k.name}: {k.describe()}" for k in plan.kernels)
     functions = [k.name for k in plan.kernels]
-    parts: list[Any] = [HEADER.format(problem=problem, kernels=kernels),
+    how = ("The kernels are generated for the shapes and strides the capture saw (the bindings check\n"
+           "them); contiguous float data moves as 128-bit vectors." if device == "cuda" else
+           "The kernels coalesce dims at run time and take a vectorized path when the innermost\n"
+           "strides are the expected ones, a strided path otherwise.")
+    parts: list[Any] = [HEADER.format(problem=problem, kernels=kernels, how=how),
                         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"]
     if device == "cpu":
         parts.append(f"TUNE = {emit_cpu.TUNE!r}\nCONFIG = {emit_cpu.CONFIG!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{emit_cpu.render_cpu(plan)}"""\n')
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
-        cpp, cuda = emit_cuda.render_cuda(plan)
+        cpp, cuda = emit_cuda.render_cuda(plan, graph)
         parts.append(f"TUNE = {emit_cuda.TUNE!r}\nCONFIG = {emit_cuda.CONFIG!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))

@@ -135,37 +135,66 @@ def test_generated_files_pass_the_static_checks(graphs, problem):
 
 
 def test_cuda_source_for_each_family(graphs, tmp_path):
-    """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags;
-    when nvcc is present, the torch-free CUDA unit compiles."""
+    """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags,
+    sizes and strides as literals checked by the binding; when nvcc is present, the torch-free
+    CUDA unit compiles."""
     for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py", "scans.py"):
         graph = graphs(HERE / problem)
         plan = plan_graph(graph, [])
-        cpp, cuda = render_cuda(plan)
+        cpp, cuda = render_cuda(plan, graph)
         assert "getCurrentCUDAStream" in cpp and "torch" not in cuda.lower()
+        assert cpp.count("this kernel was generated for sizes") == len(plan.kernels)
+        assert "KArgs" not in cuda and "a.L" not in cuda  # no run-time geometry left
         source = render_program(plan, graph, "cuda", problem)
         assert 'extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]]' in source
         if shutil.which("nvcc"):
             unit = tmp_path / f"{problem}.cu"
-            unit.write_text("#define THREADS 256\n#define EPT 2\n" + cuda)
-            done = subprocess.run(["nvcc", "-arch=sm_90", "-c", str(unit), "-o", str(unit) + ".o"],
+            unit.write_text("#define THREADS 256\n#define UNROLL 2\n" + cuda)
+            done = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "-c", str(unit), "-o", str(unit) + ".o"],
                                   capture_output=True, text=True)
             assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_cuda_row_layouts_follow_the_shapes(graphs):
-    """Strided or short rows get a thread each, a few long single-stage rows are split across
-    blocks (with the scratch for their partials allocated in the binding), the rest a block per row."""
-    plan = plan_graph(graphs(HERE / "reduction_layouts.py"), [])
+    """Strided or tiny rows get a thread each, few long rows are split across blocks (one launch
+    per stage, with the scratch for their partials allocated in the binding), many short
+    contiguous rows a warp each, the rest a block per row; softmax's max and sum run as one
+    online pass, and contiguous float rows that allow it move as float4."""
+    graph = graphs(HERE / "reduction_layouts.py")
+    plan = plan_graph(graph, [])
     layouts = {k.describe(): row_layout(k) for k in plan.kernels}
     assert layouts == {
         "row reduction (sum+argmax) over dims [1] of [64, 129, 300]": "thread",
         "row reduction (max) over dims [1] of [40000, 5]": "thread",
         "row reduction (sum) over dims [0, 1] of [3, 40001]": "split",
         "row reduction (max) over dims [0] of [70001]": "split"}
-    cpp, cuda = render_cuda(plan)
-    assert cpp.count("torch::zeros({g.O}") == 2 and cuda.count("atomicAdd(&count[o], 1u)") == 2
-    softmax = plan_graph(graphs(HERE / "reductions.py"), [])
-    assert {row_layout(k) for k in softmax.kernels if k.dims} == {"block"}
+    cpp, cuda = render_cuda(plan, graph)
+    assert cpp.count("auto count = torch::zeros(") == 2 and cuda.count("atomicAdd(&count[o * 1 + 0], 1u)") == 2
+    graph = graphs(EXAMPLES / "softmax_rows" / "model.py")
+    softmax = plan_graph(graph, [])
+    assert [row_layout(k) for k in softmax.kernels] == ["block"]
+    cpp, cuda = render_cuda(softmax, graph)
+    assert "kc_block_reduce<C_lse>" in cuda and "kc_block_reduce<C_max>" not in cuda
+    assert "reinterpret_cast<const float4*>" in cuda and "reinterpret_cast<float4*>" in cuda
+
+
+def test_cuda_geometry_from_forward_on_meta(graphs):
+    """The operands' sizes and strides each kernel is rendered for: forward run on meta tensors,
+    dims coalesced as the kernels index them."""
+    from kcoder.policy.geometry import kernel_geometry
+
+    graph = graphs(HERE / "pointwise.py")
+    plan = plan_graph(graph, [])
+    (geo,) = kernel_geometry(plan, graph).values()
+    assert geo.O * geo.L == 3 * 29 * 31 and len(geo.strides) == len(plan.kernels[0].operands)
+    assert geo.is_ == [31] and geo.os == [3, 29]
+    # x contiguous, y the transposed input get_inputs gives (its strides come from the capture),
+    # the scale broadcast along the last dim, the output contiguous
+    assert [st[-1] for st in geo.strides] == [1, 29, 0, 1]
+    graph = graphs(HERE / "scans.py")
+    plan = plan_graph(graph, [])
+    strided = kernel_geometry(plan, graph)["k1"]  # cumprod along a middle dim, through a permuted view
+    assert strided.is_ == [1003] and strided.ist == [[2051], [2051]]
 
 
 def _module(tmp_path: Path, stem: str, init: str, forward: str, shapes: list[tuple[int, ...]]) -> Path:

@@ -1,0 +1,106 @@
+"""The device-side helpers every generated CUDA unit starts with (no torch headers): the
+accumulator and its combine rules, warp-shuffle reductions and the block scan."""
+
+from __future__ import annotations
+
+from kcoder.policy.geometry import Geometry
+
+HELPERS = r"""
+struct Acc { double v; long long i; };
+struct C_sum { __device__ static Acc c(Acc a, Acc b) { return {a.v + b.v, 0}; } };
+struct C_prod { __device__ static Acc c(Acc a, Acc b) { return {a.v * b.v, 0}; } };
+struct C_max { __device__ static Acc c(Acc a, Acc b) { return (b.v > a.v || b.v != b.v) ? b : a; } };
+struct C_min { __device__ static Acc c(Acc a, Acc b) { return (b.v < a.v || b.v != b.v) ? b : a; } };
+// NaN wins, then the larger (smaller) value, then the smaller index: commutative, so a
+// butterfly gives every lane the same answer, and the first index wins (as ATen does).
+struct C_argmax { __device__ static Acc c(Acc a, Acc b) {
+  const bool an = a.v != a.v, bn = b.v != b.v;
+  if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
+  return (b.v > a.v || (b.v == a.v && b.i < a.i)) ? b : a; } };
+struct C_argmin { __device__ static Acc c(Acc a, Acc b) {
+  const bool an = a.v != a.v, bn = b.v != b.v;
+  if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
+  return (b.v < a.v || (b.v == a.v && b.i < a.i)) ? b : a; } };
+// Online softmax: v is the running max, i holds the bits of the running sum of exp(x - max).
+struct C_lse { __device__ static Acc c(Acc a, Acc b) {
+  const double sa = __longlong_as_double(a.i), sb = __longlong_as_double(b.i);
+  if (a.v != a.v || b.v != b.v) return {a.v != a.v ? a.v : b.v, __double_as_longlong(NAN)};  // NaN wins, as in max
+  if (b.v > a.v) return {b.v, __double_as_longlong(sb + (sa == 0.0 ? 0.0 : sa * exp(a.v - b.v)))};
+  if (a.v > b.v) return {a.v, __double_as_longlong(sa + (sb == 0.0 ? 0.0 : sb * exp(b.v - a.v)))};
+  return {a.v, __double_as_longlong(sa + sb)}; } };
+struct S_sum { __device__ static double c(double a, double b) { return a + b; } };
+struct S_prod { __device__ static double c(double a, double b) { return a * b; } };
+template <class Op>
+__device__ __forceinline__ Acc kc_warp_reduce(Acc v) {
+  #pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    const Acc o{__shfl_xor_sync(0xffffffffu, v.v, s), __shfl_xor_sync(0xffffffffu, v.i, s)};
+    v = Op::c(v, o);
+  }
+  return v;
+}
+// Every thread of the block gets the block's combined value (sh: 32 Acc).
+template <class Op>
+__device__ __forceinline__ Acc kc_block_reduce(Acc v, Acc id, Acc* sh) {
+  v = kc_warp_reduce<Op>(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  v = kc_warp_reduce<Op>(lane < (int)(blockDim.x >> 5) ? sh[lane] : id);
+  __syncthreads();  // sh is reused by the next stage
+  return v;
+}
+// The exclusive prefix of v over the block's threads (blockDim.x a multiple of 32), and the
+// block's total in `total`: a shuffle scan per warp, then one of the warps' totals.
+template <class Op>
+__device__ double kc_block_scan(double v, double id, double* sh, double& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  double x = v;
+  for (int s = 1; s < 32; s <<= 1) {
+    const double y = __shfl_up_sync(0xffffffffu, x, s);
+    if (lane >= s) x = Op::c(y, x);
+  }
+  if (lane == 31) sh[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    double w = lane < nw ? sh[lane] : id;
+    for (int s = 1; s < 32; s <<= 1) {
+      const double y = __shfl_up_sync(0xffffffffu, w, s);
+      if (lane >= s) w = Op::c(y, w);
+    }
+    if (lane < nw) sh[lane] = w;
+  }
+  __syncthreads();
+  const double before = warp ? sh[warp - 1] : id;
+  total = sh[nw - 1];
+  double excl = __shfl_up_sync(0xffffffffu, x, 1);
+  excl = lane ? Op::c(before, excl) : before;
+  __syncthreads();  // sh is reused by the next chunk
+  return excl;
+}
+"""
+
+INIT = {"sum": "Acc{0.0, 0}", "prod": "Acc{1.0, 0}", "max": "Acc{-INFINITY, 0}", "min": "Acc{INFINITY, 0}",
+        "argmax": "Acc{-INFINITY, 0x7fffffffffffffffLL}", "argmin": "Acc{INFINITY, 0x7fffffffffffffffLL}",
+        "lse": "Acc{-INFINITY, 0}"}
+
+
+def offset(sizes: list[int], strides: list[int], var: str, itype: str) -> str:
+    """The element offset of flat index `var` over `sizes` (row-major) with `strides`, as C
+    with literal sizes and strides: the divisions by constants become multiply-shifts."""
+    terms = []
+    for d, (n, s) in enumerate(zip(sizes, strides, strict=True)):
+        if s == 0 or n == 1:
+            continue
+        div = 1
+        for m in sizes[d + 1:]:
+            div *= m
+        idx = var if div == 1 else f"({var} / ({itype}){div})"
+        if d > 0:
+            idx = f"({idx} % ({itype}){n})"
+        terms.append(idx if s == 1 else f"{idx} * ({itype}){s}")
+    return " + ".join(terms) if terms else f"({itype})0"
+
+
+def index_type(geo: Geometry) -> str:
+    return "int" if geo.span() < (1 << 31) - 1 else "long long"

@@ -1,0 +1,153 @@
+"""What every CUDA kernel renderer shares: a kernel with its geometry (`Unit`), the layout
+chosen from its static shape, and the pieces of a kernel body (pointers, operand bases, row
+loops with vector loads and stores, per-row statements)."""
+
+from __future__ import annotations
+
+import math
+
+from kcoder.policy.cuda_device import index_type, offset
+from kcoder.policy.emit_common import closure, row_levels, substitute
+from kcoder.policy.geometry import Geometry
+from kcoder.policy.kernel import Kernel
+
+VEC = 4
+SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 256, 1 << 15  # few, long rows: split across blocks
+THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided or this short
+WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
+SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
+
+
+class Unit:
+    """One kernel with its geometry: what every renderer below needs."""
+
+    def __init__(self, kernel: Kernel, geo: Geometry) -> None:
+        self.k, self.g, self.it = kernel, geo, index_type(geo)
+        self.layout = row_layout(kernel) if kernel.dims else "pointwise"
+        inner_ok = (len(geo.is_) == 1 and geo.L % VEC == 0 and not kernel.scan
+                    and self.layout in ("pointwise", "warp", "block", "split"))
+        self.vec = {i for i, op in enumerate(kernel.operands)
+                    if inner_ok and not op.row and op.ctype == "float" and geo.ist[i][0] == 1
+                    and geo.offsets[i] % VEC == 0 and all(s % VEC == 0 for s in geo.ost[i])}
+
+    def ioff(self, i: int, var: str) -> str:
+        return offset(self.g.is_, self.g.ist[i], var, self.it)
+
+    def load(self, lane: bool):
+        def fn(i: int) -> str:
+            if self.k.operands[i].row:
+                return f"p{i}[b{i}]"
+            if lane and i in self.vec:
+                return f"x{i}[j]"
+            return f"p{i}[b{i} + {self.ioff(i, 'r')}]"
+        return fn
+
+    def element(self, targets: list[str], tail: list[str], lane: bool) -> list[str]:
+        load = self.load(lane)
+        out = [f"const {s.ctype} {s.var} = {substitute(s.expr, load)};" for s in closure(self.k, targets)]
+        return out + [substitute(t, load) for t in tail]
+
+    def stores(self, lane: bool) -> list[str]:
+        out = []
+        for i, v in self.k.stores:
+            if self.k.operands[i].row:
+                continue
+            out.append(f"y{i}[j] = {v};" if lane and i in self.vec else f"p{i}[b{i} + {self.ioff(i, 'r')}] = {v};")
+        return out
+
+
+def row_layout(kernel: Kernel) -> str:
+    """pointwise, split, thread, warp or block (the module docstring says when each is used)."""
+    if not kernel.dims:
+        return "pointwise"
+    outer = math.prod(n for d, n in enumerate(kernel.domain) if d not in kernel.dims)
+    length = math.prod(kernel.domain[d] for d in kernel.dims)
+    strided = len(kernel.domain) - 1 not in kernel.dims
+    if kernel.scan:
+        return "thread" if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH) else "block"
+    if outer <= SPLIT_MAX_ROWS and length >= SPLIT_MIN_LENGTH:
+        return "split"
+    if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
+        return "thread"
+    if not strided and outer >= WARP_MIN_ROWS and length <= WARP_MAX_LENGTH:
+        return "warp"
+    return "block"
+
+
+def pointers(u: Unit) -> list[str]:
+    lines = []
+    for i, op in enumerate(u.k.operands):
+        const = "" if op.output else "const "
+        lines.append(f"  {const}{op.ctype}* __restrict__ p{i} = ({const}{op.ctype}*)a.p[{i}];")
+    return lines
+
+
+def bases(u: Unit, indent: str) -> list[str]:
+    return [f"{indent}const {u.it} b{i} = {offset(u.g.os, u.g.ost[i], 'o', u.it)};" for i in range(len(u.k.operands))]
+
+
+def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: str) -> list[str]:
+    """`body` for the V elements from r0: vector loads before, vector stores after (V == VEC)."""
+    it, out = u.it, []
+    for i in sorted(loads):
+        out += [f"float x{i}[V];",
+                "if constexpr (V == 4) {",
+                f"  const float4 q = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
+                f"  x{i}[0] = q.x; x{i}[1] = q.y; x{i}[2] = q.z; x{i}[3] = q.w;",
+                f"}} else {{ x{i}[0] = p{i}[b{i} + r0]; }}"]
+    out += [f"float y{i}[V];" for i in sorted(stores)]
+    out += ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
+    out += ["  " + line for line in body] + ["}"]
+    for i in sorted(stores):
+        out += ["if constexpr (V == 4) {",
+                f"  *reinterpret_cast<float4*>(p{i} + b{i} + r0) = make_float4(y{i}[0], y{i}[1], y{i}[2], y{i}[3]);",
+                f"}} else {{ p{i}[b{i} + r0] = y{i}[0]; }}"]
+    return [indent + line for line in out]
+
+
+def used(u: Unit, targets: list[str]) -> set[int]:
+    """The vectorized operands the statements for `targets` read."""
+    text = " ".join(s.expr for s in closure(u.k, targets))
+    return {i for i in u.vec if f"LOAD{i}" in text and not u.k.operands[i].output}
+
+
+def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: str, nthr: str,
+          bounds: tuple[str, str]) -> list[str]:
+    """A row loop from bounds[0] to bounds[1], thread `tid` of `nthr` taking V elements at a
+    time, UNROLL chunks per iteration (their loads in flight together): `tail` after the
+    statements for `targets`."""
+    lo, hi = bounds
+    body = u.element(targets, tail, True)
+    out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * UNROLL) {{",
+           "    #pragma unroll", "    for (int n = 0; n < UNROLL; ++n) {",
+           f"      const {u.it} r0 = c + n * {nthr} * V;",
+           f"      if (r0 < {hi}) {{"]
+    out += lanes(u, body, used(u, targets), stores, "        ")
+    return out + ["      }", "    }", "  }"]
+
+
+def reduce_tail(st, n: int) -> list[str]:
+    return [f"a{n} = C_{st.kind}::c(a{n}, Acc{{(double)({st.value}), (long long)r}});"]
+
+
+def stage_result(st, n: int) -> list[str]:
+    pick = "i" if st.kind.startswith("arg") else "v"
+    return [f"  const {st.ctype} {st.result} = ({st.ctype})a{n}.{pick};"]
+
+
+def row_stmts(u: Unit, level: int) -> list[str]:
+    load = u.load(False)
+    return [f"  const {s.ctype} {s.var} = {substitute(s.expr, load)};" for s in row_levels(u.k).get(level, [])]
+
+
+def outputs(u: Unit) -> tuple[list[str], set[int], list[tuple[int, str]]]:
+    """The full-size output values, the vectorized ones, and the per-row (operand, value) stores."""
+    full = [v for i, v in u.k.stores if not u.k.operands[i].row]
+    stores = {i for i, _ in u.k.stores if i in u.vec}
+    rows = [(i, v) for i, v in u.k.stores if u.k.operands[i].row]
+    return full, stores, rows
+
+
+def head(u: Unit, params: str, shared: list[str]) -> list[str]:
+    return (["template <int V>", f"__global__ void __launch_bounds__(THREADS) {u.k.name}_kernel({params}) {{"]
+            + shared + pointers(u) + [f"  constexpr {u.it} kO = {u.g.O}, kL = {u.g.L};"])
