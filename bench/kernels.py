@@ -2,13 +2,14 @@
 
     python bench/kernels.py --pairs pairs.txt [--jobs 8] [--json OUT.json]
 
-pairs.txt: one "PROBLEM CANDIDATE" per line. Every candidate is built first, in parallel
-processes (kcoder's content-keyed build wrapper, so they never race), then each pair is
-checked on 3 seeded input sets against the problem's Model (same weights) and timed with CUDA
-events, the L2 flushed before every call, side by side with eager and torch.compile (default
-mode). Prints per pair: times, speed-ups, the share of the memory speed of light (bytes of
-inputs + parameters + outputs over the measured device-to-device copy rate, at 1 GiB and at
-the problem's own size, whichever is faster) for the candidate and for torch.compile.
+pairs.txt: one "PROBLEM CANDIDATE" per line. Every candidate is built and checked first, in
+parallel processes (kcoder's content-keyed build wrapper, so builds never race; a crash stays in
+its process): 3 seeded input sets against the problem's Model with the same weights. Then, one
+at a time in this process, each verified pair is timed with CUDA events, the L2 flushed before
+every call, side by side with eager and torch.compile (default mode). Prints per pair: times,
+speed-ups, the share of the memory speed of light (bytes of inputs + parameters + outputs
+over the measured device-to-device copy rate, at 1 GiB and at the problem's own size,
+whichever is faster) for the candidate and for torch.compile.
 The verdicts that count come from `kcoder eval` / `kcoder suite`; this measures fast.
 """
 
@@ -44,11 +45,18 @@ def _prepare() -> None:
     install_build_wrapper()
 
 
-def build(candidate: str) -> tuple[bool, str]:
+def prepare(pair: tuple[str, str]) -> dict:
+    """Build and check one pair in a child process: its JSON line, or why it failed."""
     env = dict(os.environ, MAX_JOBS="2")
-    done = subprocess.run([sys.executable, __file__, "--build-one", candidate], capture_output=True, text=True,
-                          env=env, timeout=900)
-    return done.returncode == 0, (done.stdout + done.stderr)[-1500:]
+    try:
+        done = subprocess.run([sys.executable, __file__, "--prepare-one", *pair], capture_output=True, text=True,
+                              env=env, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "why": "build/check timed out"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"ok": False, "why": f"rc={done.returncode}: " + (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
 
 
 def _tensors(values, device):
@@ -94,39 +102,85 @@ def _nbytes(values) -> int:
     return sum(v.numel() * v.element_size() for v in flat if isinstance(v, torch.Tensor))
 
 
-def check(problem: Path, candidate: Path, flush, big_rate: float) -> dict:
+def _candidate(candidate: Path):
+    """Exec (and so build) a candidate under a module name of its own, so several load in one process."""
+    text = candidate.read_text().replace('name="kcoder_builtin_cuda"', f'name="kb_{candidate.stem[:40]}"')
+    cand = type(sys)("kc_candidate")
+    exec(compile(text, str(candidate), "exec"), cand.__dict__)  # noqa: S102  a generated candidate, built here
+    return cand
+
+
+def _load(problem: Path, cand):
     import torch
 
     prob = _module(problem, "kc_problem")
-    cand = _module(candidate, "kc_candidate")
     init = prob.get_init_inputs()
     torch.manual_seed(0)
     model = prob.Model(*init).cuda().eval()
     new = cand.ModelNew(*init).cuda().eval()
     new.load_state_dict(model.state_dict())
-    worst = 0.0
+    return prob, model, new
+
+
+def _close(out, ref, chunk: int = 1 << 26) -> tuple[bool, float, float]:
+    """allclose (atol = rtol = 1e-4, NaN equal), max abs error, relative norm of the error: in chunks."""
+    o, r = out.reshape(-1), ref.reshape(-1)
+    ok, worst, num, den = True, 0.0, 0.0, 0.0
+    for i in range(0, o.numel(), chunk):
+        a, b = o[i:i + chunk], r[i:i + chunk]
+        ok = ok and bool((a == b).all()) if not a.is_floating_point() else ok and a.isclose(
+            b, atol=1e-4, rtol=1e-4, equal_nan=True).all().item()
+        if a.is_floating_point():
+            d = (a.double() - b.double())
+            worst = max(worst, d.abs().nan_to_num(1e30).max().item() if d.numel() else 0.0)
+            num += d.nan_to_num(0.0).square().sum().item()
+            den += b.double().nan_to_num(0.0).square().sum().item()
+    return ok, worst, (num / den) ** 0.5 if den else 0.0
+
+
+def verify(problem: Path, candidate: Path) -> dict:
+    """Build (in parallel with other children), then check on the GPU one child at a time."""
+    import fcntl
+
+    import torch
+
+    cand = _candidate(candidate)
+    with open("/tmp/kernels_bench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        prob, model, new = _load(problem, cand)
+        worst = 0.0
+        with torch.no_grad():
+            for seed in (1, 2, 3):
+                torch.manual_seed(seed)
+                inputs = _tensors(prob.get_inputs(), "cuda")
+                ref, out = model(*inputs), new(*inputs)
+                refs, outs = (ref, out) if isinstance(ref, (list, tuple)) else ([ref], [out])
+                for r, o in zip(refs, outs, strict=True):
+                    if r.shape != o.shape or r.dtype != o.dtype:
+                        return {"ok": False, "why": f"shape/dtype {tuple(o.shape)} {o.dtype} vs {tuple(r.shape)}"}
+                    ok, err, rel = _close(o, r)
+                    if not ok:
+                        return {"ok": False, "why": f"mismatch (seed {seed}, max abs error {err:.3g}, rel {rel:.3g})"}
+                    worst = max(worst, rel)
+                del inputs, ref, out, refs, outs
+    return {"ok": True, "rel_err": worst}
+
+
+def measure(problem: Path, candidate: Path, flush, big_rate: float) -> dict:
+    import torch
+
+    prob, model, new = _load(problem, _candidate(candidate))
     with torch.no_grad():
-        for seed in (1, 2, 3):
-            torch.manual_seed(seed)
-            inputs = _tensors(prob.get_inputs(), "cuda")
-            ref, out = model(*inputs), new(*inputs)
-            refs, outs = (ref, out) if isinstance(ref, (list, tuple)) else ([ref], [out])
-            for r, o in zip(refs, outs, strict=True):
-                if r.shape != o.shape or r.dtype != o.dtype:
-                    return {"ok": False, "why": f"shape/dtype {tuple(o.shape)} {o.dtype} vs {tuple(r.shape)} {r.dtype}"}
-                if not torch.allclose(o.double(), r.double(), atol=1e-4, rtol=1e-4, equal_nan=True):
-                    err = (o.double() - r.double()).abs().nan_to_num(1e30).max().item()
-                    return {"ok": False, "why": f"mismatch (seed {seed}, max abs error {err:.3g})"}
-                if r.is_floating_point():
-                    worst = max(worst, ((o.double() - r.double()).norm() / (r.double().norm() + 1e-30)).item())
+        torch.manual_seed(1)
+        inputs = _tensors(prob.get_inputs(), "cuda")
         compiled = torch.compile(model)
         eager_us = _time(model, inputs, flush)
         compile_us = _time(compiled, inputs, flush)
         cand_us = _time(new, inputs, flush)
-        nbytes = _nbytes(inputs) + _nbytes(list(model.state_dict().values())) + _nbytes(refs)
+        nbytes = _nbytes(inputs) + _nbytes(list(model.state_dict().values())) + _nbytes(model(*inputs))
     rate = max(big_rate, copy_rate(nbytes, flush))
     sol_us = nbytes / rate
-    return {"ok": True, "rel_err": worst, "eager_us": eager_us, "compile_us": compile_us, "cand_us": cand_us,
+    return {"eager_us": eager_us, "compile_us": compile_us, "cand_us": cand_us,
             "vs_eager": eager_us / cand_us, "vs_compile": compile_us / cand_us, "sol_us": sol_us,
             "cand_sol": sol_us / cand_us, "compile_sol": sol_us / compile_us, "mbytes": nbytes / 1e6}
 
@@ -136,32 +190,35 @@ def main() -> int:
     ap.add_argument("--pairs", type=Path)
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--build-one", help=argparse.SUPPRESS)
+    ap.add_argument("--prepare-one", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     _prepare()
-    if args.build_one:
-        _module(Path(args.build_one), "kc_candidate")
+    if args.prepare_one:
+        try:
+            print(json.dumps(verify(*map(Path, args.prepare_one))))
+        except Exception as exc:  # noqa: BLE001  the parent reads the reason
+            print(json.dumps({"ok": False, "why": f"{type(exc).__name__}: {str(exc)[-300:]}"}))
         return 0
     import torch
 
-    pairs = [line.split() for line in args.pairs.read_text().splitlines() if line.strip()]
+    pairs = [tuple(line.split()) for line in args.pairs.read_text().splitlines() if line.strip()]
     t0 = time.time()
     with ThreadPoolExecutor(args.jobs) as pool:
-        built = list(pool.map(build, [c for _, c in pairs]))
-    print(f"built {sum(ok for ok, _ in built)} of {len(pairs)} in {time.time() - t0:.0f} s", flush=True)
+        checked = list(pool.map(prepare, pairs))
+    print(f"built and verified {sum(c['ok'] for c in checked)} of {len(pairs)} in {time.time() - t0:.0f} s",
+          flush=True)
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     big = copy_rate(1 << 30, flush)
     print(f"{torch.cuda.get_device_name(0)}: copy {big / 1e6:.2f} TB/s at 1 GiB", flush=True)
     rows = []
-    for (problem, candidate), (ok, log) in zip(pairs, built, strict=True):
+    for (problem, candidate), check in zip(pairs, checked, strict=True):
         name = Path(candidate).stem
-        if not ok:
-            rows.append({"name": name, "ok": False, "why": "build: " + log.strip().splitlines()[-1][:200]})
-        else:
+        rows.append({"name": name, **check})
+        if check["ok"]:
             try:
-                rows.append({"name": name, **check(Path(problem), Path(candidate), flush, big)})
+                rows[-1].update(measure(Path(problem), Path(candidate), flush, big))
             except Exception as exc:  # noqa: BLE001  one pair's failure is a row, not the end of the run
-                rows.append({"name": name, "ok": False, "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                rows[-1].update({"ok": False, "why": f"timing: {type(exc).__name__}: {str(exc)[:300]}"})
         r = rows[-1]
         print(json.dumps(r), flush=True)
         torch.cuda.empty_cache()
