@@ -119,25 +119,28 @@ def _load(problem: Path, cand):
     prob = _module(problem, "kc_problem")
     init = prob.get_init_inputs()
     torch.manual_seed(0)
-    model = prob.Model(*init).cuda().eval()
-    new = cand.ModelNew(*init).cuda().eval()
+    model = prob.Model(*init).cuda()  # training mode, as the judge runs it (batch norm's batch statistics)
+    new = cand.ModelNew(*init).cuda()
     new.load_state_dict(model.state_dict())
     return prob, model, new
 
 
 def _close(out, ref, chunk: int = 1 << 26) -> tuple[bool, float, float]:
-    """allclose (atol = rtol = 1e-4, NaN equal), max abs error, relative norm of the error: in chunks."""
+    """The judge's strict fp32 rule (compare.py): |out - ref| <= 1e-4 (|ref| + rms(ref)), NaN equal;
+    with the max abs error and the relative norm of the error. In chunks."""
     o, r = out.reshape(-1), ref.reshape(-1)
+    if not r.is_floating_point():
+        return bool((o == r).all()), 0.0, 0.0
+    rms = max((r.double().nan_to_num(0.0).square().mean().item()) ** 0.5, 1e-30)
     ok, worst, num, den = True, 0.0, 0.0, 0.0
     for i in range(0, o.numel(), chunk):
-        a, b = o[i:i + chunk], r[i:i + chunk]
-        ok = ok and bool((a == b).all()) if not a.is_floating_point() else ok and a.isclose(
-            b, atol=1e-4, rtol=1e-4, equal_nan=True).all().item()
-        if a.is_floating_point():
-            d = (a.double() - b.double())
-            worst = max(worst, d.abs().nan_to_num(1e30).max().item() if d.numel() else 0.0)
-            num += d.nan_to_num(0.0).square().sum().item()
-            den += b.double().nan_to_num(0.0).square().sum().item()
+        a, b = o[i:i + chunk].double(), r[i:i + chunk].double()
+        d = (a - b).abs()
+        both_nan = a.isnan() & b.isnan()
+        ok = ok and bool(((d <= 1e-4 * (b.abs() + rms)) | both_nan).all())
+        worst = max(worst, d.nan_to_num(1e30).max().item() if d.numel() else 0.0)
+        num += d.nan_to_num(0.0).square().sum().item()
+        den += b.nan_to_num(0.0).square().sum().item()
     return ok, worst, (num / den) ** 0.5 if den else 0.0
 
 

@@ -9,6 +9,7 @@ from kcoder.policy.cuda_unit import (
     VEC,
     Unit,
     bases,
+    cache_rows,
     head,
     lanes,
     loop,
@@ -51,6 +52,8 @@ def row_kernel(u: Unit) -> list[str]:
                        "  if (o >= kO) return;"],
               "thread": [f"  const {it} o = ({it})blockIdx.x * THREADS + threadIdx.x;", "  if (o >= kO) return;"]}[lay]
     lines += bases(u, "  ") + row_stmts(u, -1)
+    if u.cached:
+        lines += cache_rows(u, tid, nthr)
     pairs = online_pairs(k)
     for n, st in enumerate(k.stages):
         if n - 1 in pairs:

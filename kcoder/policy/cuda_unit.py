@@ -16,6 +16,7 @@ SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 256, 1 << 15  # few, long rows: split across 
 THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided or this short
 WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
 SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
+PERSIST_BLOCK, PERSIST_WARP = 8192, 2048  # most elements a block (a warp) keeps in registers per row
 
 
 class Unit:
@@ -29,6 +30,19 @@ class Unit:
         self.vec = {i for i, op in enumerate(kernel.operands)
                     if inner_ok and not op.row and op.ctype == "float" and geo.ist[i][0] == 1
                     and geo.offsets[i] % VEC == 0 and all(s % VEC == 0 for s in geo.ost[i])}
+        self.cached = self._persistent()
+
+    def _persistent(self) -> set[int]:
+        """The operands a row kernel reads once into registers, when it passes over its rows
+        more than once (stages, then outputs) and they fit: every later pass reads registers,
+        so the row costs one read from memory (TorchInductor's persistent reductions)."""
+        k = self.k
+        passes = len(k.stages) + any(not k.operands[i].row for i, _ in k.stores)
+        reads = {i for i, op in enumerate(k.operands) if not op.row and not op.output}
+        limit = {"block": PERSIST_BLOCK, "warp": PERSIST_WARP}.get(self.layout, 0)
+        if k.scan or passes < 2 or not reads or self.g.L * len(reads) > limit:
+            return set()
+        return reads
 
     def ioff(self, i: int, var: str) -> str:
         return offset(self.g.is_, self.g.ist[i], var, self.it)
@@ -37,6 +51,8 @@ class Unit:
         def fn(i: int) -> str:
             if self.k.operands[i].row:
                 return f"p{i}[b{i}]"
+            if lane and i in self.cached:
+                return f"xc{i}[q * V + j]"
             if lane and i in self.vec:
                 return f"x{i}[j]"
             return f"p{i}[b{i} + {self.ioff(i, 'r')}]"
@@ -92,8 +108,8 @@ def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: s
     for i in sorted(loads):
         out += [f"float x{i}[V];",
                 "if constexpr (V == 4) {",
-                f"  const float4 q = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
-                f"  x{i}[0] = q.x; x{i}[1] = q.y; x{i}[2] = q.z; x{i}[3] = q.w;",
+                f"  const float4 qv = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
+                f"  x{i}[0] = qv.x; x{i}[1] = qv.y; x{i}[2] = qv.z; x{i}[3] = qv.w;",
                 f"}} else {{ x{i}[0] = p{i}[b{i} + r0]; }}"]
     out += [f"float y{i}[V];" for i in sorted(stores)]
     out += ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
@@ -115,15 +131,39 @@ def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: st
           bounds: tuple[str, str]) -> list[str]:
     """A row loop from bounds[0] to bounds[1], thread `tid` of `nthr` taking V elements at a
     time, UNROLL chunks per iteration (their loads in flight together): `tail` after the
-    statements for `targets`."""
+    statements for `targets`. A persistent row (u.cached) runs over its registers instead."""
     lo, hi = bounds
     body = u.element(targets, tail, True)
+    if u.cached:
+        out = ["  #pragma unroll", "  for (int q = 0; q < kP; ++q) {",
+               f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", f"    if (r0 < {hi}) {{"]
+        return out + lanes(u, body, used(u, targets) - u.cached, stores, "      ") + ["    }", "  }"]
     out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * UNROLL) {{",
            "    #pragma unroll", "    for (int n = 0; n < UNROLL; ++n) {",
            f"      const {u.it} r0 = c + n * {nthr} * V;",
            f"      if (r0 < {hi}) {{"]
     out += lanes(u, body, used(u, targets), stores, "        ")
     return out + ["      }", "    }", "  }"]
+
+
+def cache_rows(u: Unit, tid: str, nthr: str) -> list[str]:
+    """A persistent row's operands read once into registers (xc{i}[kP * V])."""
+    lines = [f"  constexpr int kP = (kL + {nthr} * V - 1) / ({nthr} * V);  // chunks per thread"]
+    lines += [f"  {u.k.operands[i].ctype} xc{i}[kP * V];" for i in sorted(u.cached)]
+    lines += ["  #pragma unroll", "  for (int q = 0; q < kP; ++q) {",
+              f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", "    if (r0 < kL) {"]
+    for i in sorted(u.cached):
+        if i in u.vec:
+            lines += ["      if constexpr (V == 4) {",
+                      f"        const float4 t = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
+                      f"        xc{i}[q * 4] = t.x; xc{i}[q * 4 + 1] = t.y; xc{i}[q * 4 + 2] = t.z; "
+                      f"xc{i}[q * 4 + 3] = t.w;",
+                      f"      }} else {{ xc{i}[q] = p{i}[b{i} + r0]; }}"]
+        else:
+            lines += ["      #pragma unroll", "      for (int j = 0; j < V; ++j) {",
+                      f"        const {u.it} r = r0 + j;", f"        xc{i}[q * V + j] = p{i}[b{i} + {u.ioff(i, 'r')}];",
+                      "      }"]
+    return lines + ["    }", "  }"]
 
 
 def reduce_tail(st, n: int) -> list[str]:
