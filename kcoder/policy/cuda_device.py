@@ -7,17 +7,18 @@ from kcoder.policy.geometry import Geometry
 
 HELPERS = r"""
 struct Acc { double v; long long i; };
+struct AccF { float v; long long i; };  // max/min/argmax/argmin of float values: exact in float
 struct C_sum { __device__ static Acc c(Acc a, Acc b) { return {a.v + b.v, 0}; } };
 struct C_prod { __device__ static Acc c(Acc a, Acc b) { return {a.v * b.v, 0}; } };
-struct C_max { __device__ static Acc c(Acc a, Acc b) { return (b.v > a.v || b.v != b.v) ? b : a; } };
-struct C_min { __device__ static Acc c(Acc a, Acc b) { return (b.v < a.v || b.v != b.v) ? b : a; } };
+struct C_max { template <class A> __device__ static A c(A a, A b) { return (b.v > a.v || b.v != b.v) ? b : a; } };
+struct C_min { template <class A> __device__ static A c(A a, A b) { return (b.v < a.v || b.v != b.v) ? b : a; } };
 // NaN wins, then the larger (smaller) value, then the smaller index: commutative, so a
 // butterfly gives every lane the same answer, and the first index wins (as ATen does).
-struct C_argmax { __device__ static Acc c(Acc a, Acc b) {
+struct C_argmax { template <class A> __device__ static A c(A a, A b) {
   const bool an = a.v != a.v, bn = b.v != b.v;
   if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
   return (b.v > a.v || (b.v == a.v && b.i < a.i)) ? b : a; } };
-struct C_argmin { __device__ static Acc c(Acc a, Acc b) {
+struct C_argmin { template <class A> __device__ static A c(A a, A b) {
   const bool an = a.v != a.v, bn = b.v != b.v;
   if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
   return (b.v < a.v || (b.v == a.v && b.i < a.i)) ? b : a; } };
@@ -83,6 +84,7 @@ __device__ double kc_block_scan(double v, double id, double* sh, double& total) 
 INIT = {"sum": "Acc{0.0, 0}", "prod": "Acc{1.0, 0}", "max": "Acc{-INFINITY, 0}", "min": "Acc{INFINITY, 0}",
         "argmax": "Acc{-INFINITY, 0x7fffffffffffffffLL}", "argmin": "Acc{INFINITY, 0x7fffffffffffffffLL}",
         "lse": "Acc{-INFINITY, 0}"}
+INIT_F = {k: v.replace("Acc{", "AccF{") for k, v in INIT.items() if k in ("max", "min", "argmax", "argmin")}
 
 
 def offset(sizes: list[int], strides: list[int], var: str, itype: str) -> str:

@@ -8,6 +8,7 @@ from kcoder.policy.cuda_unit import (
     SPLIT_MAX,
     VEC,
     Unit,
+    accumulate,
     bases,
     cache_rows,
     head,
@@ -15,7 +16,6 @@ from kcoder.policy.cuda_unit import (
     loop,
     outputs,
     pointers,
-    reduce_tail,
     row_stmts,
     stage_result,
     used,
@@ -64,8 +64,8 @@ def row_kernel(u: Unit) -> list[str]:
             lines += loop(u, [st.value], online_update(f"m{n}", f"s{n}", st.value), set(), tid, nthr, ("0", "kL"))
             lines.append(f"  Acc a{n} = Acc{{(double)m{n}, __double_as_longlong(s{n})}};")
         else:
-            lines.append(f"  Acc a{n} = {INIT[st.kind]};")
-            lines += loop(u, [st.value], reduce_tail(st, n), set(), tid, nthr, ("0", "kL"))
+            declare, update, finish = accumulate(u, st, n)
+            lines += declare + loop(u, [st.value], update, set(), tid, nthr, ("0", "kL")) + finish
         if lay == "block":
             lines.append(f"  a{n} = kc_block_reduce<C_{kind}>(a{n}, {INIT[kind]}, sh);")
         elif lay == "warp":
@@ -121,8 +121,8 @@ def split_kernels(u: Unit) -> list[str]:
             lines.append("}")
             continue
         st = k.stages[ph]
-        lines.append(f"  Acc a{ph} = {INIT[st.kind]};")
-        lines += loop(u, [st.value], reduce_tail(st, ph), set(), "threadIdx.x", "THREADS", ("lo", "hi"))
+        declare, update, finish = accumulate(u, st, ph)
+        lines += declare + loop(u, [st.value], update, set(), "threadIdx.x", "THREADS", ("lo", "hi")) + finish
         lines += _split_combine(st.kind, ph, ns)
         if ph == ns - 1 and not full and rows:
             lines += stage_result(st, ph) + row_stmts(u, ph)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from kcoder.policy.cuda_device import index_type, offset
+from kcoder.policy.cuda_device import INIT, INIT_F, index_type, offset
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.geometry import Geometry
 from kcoder.policy.kernel import Kernel
@@ -138,8 +138,9 @@ def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: st
         out = ["  #pragma unroll", "  for (int q = 0; q < kP; ++q) {",
                f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", f"    if (r0 < {hi}) {{"]
         return out + lanes(u, body, used(u, targets) - u.cached, stores, "      ") + ["    }", "  }"]
-    out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * UNROLL) {{",
-           "    #pragma unroll", "    for (int n = 0; n < UNROLL; ++n) {",
+    unroll = "(UNROLL * 4)" if u.layout == "thread" else "UNROLL"  # a thread's row: more loads in flight
+    out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * {unroll}) {{",
+           "    #pragma unroll", f"    for (int n = 0; n < {unroll}; ++n) {{",
            f"      const {u.it} r0 = c + n * {nthr} * V;",
            f"      if (r0 < {hi}) {{"]
     out += lanes(u, body, used(u, targets), stores, "        ")
@@ -166,8 +167,20 @@ def cache_rows(u: Unit, tid: str, nthr: str) -> list[str]:
     return lines + ["    }", "  }"]
 
 
-def reduce_tail(st, n: int) -> list[str]:
-    return [f"a{n} = C_{st.kind}::c(a{n}, Acc{{(double)({st.value}), (long long)r}});"]
+def accumulate(u: Unit, st, n: int) -> tuple[list[str], list[str], list[str]]:
+    """A stage's per-thread accumulator: its declaration, the per-element update and what
+    turns it into the Acc the cross-thread reduction combines. A comparison of float values
+    (max, min, argmax, argmin) is exact in float, so it stays in float per element (a float to
+    double conversion per element costs more than the load on a GPU); sums and products
+    accumulate in double."""
+    by_var = {s.var: s for s in u.k.stmts}
+    exact = st.kind in INIT_F and by_var.get(st.value) is not None and by_var[st.value].ctype == "float"
+    if exact:
+        return ([f"  AccF f{n} = {INIT_F[st.kind]};"],
+                [f"f{n} = C_{st.kind}::c(f{n}, AccF{{{st.value}, (long long)r}});"],
+                [f"  Acc a{n} = Acc{{(double)f{n}.v, f{n}.i}};"])
+    return ([f"  Acc a{n} = {INIT[st.kind]};"],
+            [f"a{n} = C_{st.kind}::c(a{n}, Acc{{(double)({st.value}), (long long)r}});"], [])
 
 
 def stage_result(st, n: int) -> list[str]:

@@ -190,7 +190,7 @@ kernels() {
   for f in $l2; do n=$(basename "$f"); [ -f $sol/l2/$n ] && echo "$f $sol/l2/$n"; done >> /tmp/pairs.txt
   for f in $l1; do n=$(basename "$f"); [ -f $sol/l1/$n ] && echo "$f $sol/l1/$n"; done >> /tmp/pairs.txt
   cp /tmp/pairs.txt "$out/"; tar czf "$out/kernels_sol.tgz" -C /tmp kernels_sol
-  timeout "${KERNELS_S:-420}" python3 bench/kernels.py --pairs /tmp/pairs.txt --jobs "${KJOBS:-12}" \
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout "${KERNELS_S:-420}" python3 bench/kernels.py --pairs /tmp/pairs.txt --jobs "${KJOBS:-12}" \
     --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" | grep -vE '^\{' | tail -60
 }
 
