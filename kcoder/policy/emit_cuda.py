@@ -18,7 +18,9 @@ Layouts, chosen from the static shape (`row_layout`):
   which) and one launch for the full-size outputs, so a few rows still fill the GPU.
 Softmax-like max-then-sum(exp(x - max)) stage pairs run as one online pass (stages.py).
 Scans: a block per row chunk by chunk, or a thread per strided row (emit_cuda_scan.py).
-TUNE: threads per block and the unroll factor, as -D flags on the CUDA unit only.
+TUNE: threads per block and the unroll factor, as -D flags on the CUDA unit only; a candidate
+declares only the knobs its kernels use (a persistent row reads registers: no UNROLL), so every
+point of its space is different code.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from kcoder.policy.geometry import kernel_geometry
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
 
-__all__ = ["TUNE", "CONFIG", "render_cuda", "row_layout"]
+__all__ = ["TUNE", "CONFIG", "render_cuda", "row_layout", "tune_space"]
 TUNE = {"THREADS": [128, 256, 512], "UNROLL": [1, 2, 4]}
 CONFIG = {"THREADS": 256, "UNROLL": 2}
 
@@ -143,3 +145,8 @@ def render_cuda(plan: Plan, graph: Graph) -> tuple[str, str]:
             body = row_kernel(u)
         cuda.append("\n".join(body + launcher(u)) + "\n")
     return "\n".join(cpp), "\n".join(cuda)
+
+
+def tune_space(cuda: str) -> dict[str, list[int]]:
+    """TUNE for a rendered CUDA unit: the knobs its kernels read."""
+    return {name: values for name, values in TUNE.items() if name == "THREADS" or name in cuda}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kcoder.policy.capture import CaptureError, capture_graph
-from kcoder.policy.emit_cuda import render_cuda, row_layout
+from kcoder.policy.emit_cuda import render_cuda, row_layout, tune_space
 from kcoder.policy.graph import load_graph
 from kcoder.policy.plan import Unsupported, plan_graph
 from kcoder.policy.program import render_program
@@ -159,7 +159,7 @@ def test_cuda_row_layouts_follow_the_shapes(graphs):
     """Strided or tiny rows get a thread each, few long rows are split across blocks (one launch
     per stage, with the scratch for their partials allocated in the binding), many short
     contiguous rows a warp each, the rest a block per row; softmax's max and sum run as one
-    online pass, and contiguous float rows that allow it move as float4."""
+    online pass over a row kept in registers, and contiguous float rows move as float4."""
     graph = graphs(HERE / "reduction_layouts.py")
     plan = plan_graph(graph, [])
     layouts = {k.describe(): row_layout(k) for k in plan.kernels}
@@ -170,12 +170,17 @@ def test_cuda_row_layouts_follow_the_shapes(graphs):
         "row reduction (max) over dims [0] of [70001]": "split"}
     cpp, cuda = render_cuda(plan, graph)
     assert cpp.count("auto count = torch::zeros(") == 2 and cuda.count("atomicAdd(&count[o * 1 + 0], 1u)") == 2
+    assert "f1 = C_argmax::c(f1, AccF{" in cuda  # a float argmax compares in float, the sum adds in double
+    assert "a0 = C_sum::c(a0, Acc{(double)(" in cuda
+    assert tune_space(cuda) == {"THREADS": [128, 256, 512], "UNROLL": [1, 2, 4]}
     graph = graphs(EXAMPLES / "softmax_rows" / "model.py")
     softmax = plan_graph(graph, [])
     assert [row_layout(k) for k in softmax.kernels] == ["block"]
     cpp, cuda = render_cuda(softmax, graph)
     assert "kc_block_reduce<C_lse>" in cuda and "kc_block_reduce<C_max>" not in cuda
     assert "reinterpret_cast<const float4*>" in cuda and "reinterpret_cast<float4*>" in cuda
+    # 4096-element rows kept in registers: x is read once, and UNROLL would change nothing
+    assert cuda.count("xc0[q * V + j]") == 2 and tune_space(cuda) == {"THREADS": [128, 256, 512]}
 
 
 def test_cuda_geometry_from_forward_on_meta(graphs):
