@@ -86,8 +86,9 @@ def play(problem: Path, settings: Settings, policy: str, *, seed: int | None = N
         env.close()
 
 
-def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run the episode a rollout spec describes, in a private folder; never raises."""
+def run_spec(spec: dict[str, Any], evaluate: Any = None) -> dict[str, Any]:
+    """Run the episode a rollout spec describes, in a private folder; never raises.
+    `evaluate` replaces kcoder's judge (tests)."""
     from kcoder.suite.task import _settings_fields
 
     record: dict[str, Any] = {"name": spec["name"], "mode": "rollout", "problem": spec["problem"],
@@ -98,7 +99,7 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         settings = Settings(**_settings_fields(spec["settings"]))
         settings.runs_dir = Path(tmp) / "runs"
         try:
-            record.update(play(problem, settings, spec["policy"], seed=spec.get("seed")))
+            record.update(play(problem, settings, spec["policy"], seed=spec.get("seed"), evaluate=evaluate))
             record["problem"] = spec["problem"]
         except Exception as exc:  # a bad problem, a missing key, kcoder's own failure: that episode's record
             record.update(status="error", reason=f"{type(exc).__name__}: {exc}".replace(str(problem),
