@@ -58,16 +58,16 @@ class KernelEnv:
     fields (allow, precision, budget, no_compile, runs_dir, profile, eval_base, tune_trials,
     preflight ...) go in **settings. `tool_mode`: "native" (OpenAI tool calls) or "text"
     (fenced blocks; the system prompt then teaches that protocol). `evaluate` replaces
-    kcoder's judge (tests). `final_timing`: at the end, time a best candidate that was only
-    verified, so the last reward counts its speed; `plain_check`: also verify it built as
-    plain load_inline builds it (as optimize does; costs a build)."""
+    kcoder's judge (tests). `final`: what an episode's end does, as optimize's run does:
+    "timing" times a best candidate that was only verified (the last reward counts its speed),
+    "plain_build" verifies it built as plain load_inline builds it (costs a build)."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, problem: str | Path, device: str = "cuda", target: float = DEFAULT_TARGET,
                  max_turns: int = 50, sandbox: str = "auto", *, tool_mode: str = "native",
-                 evaluate: Any = None, out: ui.Output | None = None, final_timing: bool = True,
-                 plain_check: bool = False, label: str = "env", **settings: Any) -> None:
+                 evaluate: Any = None, out: ui.Output | None = None, final: tuple[str, ...] = ("timing",),
+                 label: str = "env", **settings: Any) -> None:
         self.problem = Path(load_problem(problem).path)  # ProblemError names the file
         settings.setdefault("preflight", False)
         try:
@@ -79,7 +79,10 @@ class KernelEnv:
         if tool_mode not in ("native", "text"):
             raise ValueError(f"tool_mode must be native or text, not {tool_mode!r}")
         self.tool_mode, self.evaluate, self.label = tool_mode, evaluate, label
-        self.final_timing, self.plain_check = final_timing, plain_check
+        unknown = set(final) - {"timing", "plain_build"}
+        if unknown:
+            raise ValueError(f"final: unknown end-of-episode step(s) {', '.join(sorted(unknown))}")
+        self.final = final
         self.out = out or quiet_output()
         self.agent: Agent | None = None
         self.result: RunResult | None = None
@@ -208,9 +211,9 @@ class KernelEnv:
 
         best = agent.best
         try:
-            if self.final_timing and status not in ("closed", "reset"):
+            if "timing" in self.final and status not in ("closed", "reset"):
                 agent.time_best()  # a verified best is timed: the final reward counts its speed
-            if self.plain_check:
+            if "plain_build" in self.final and status not in ("closed", "reset"):
                 agent.check_plain_build()
         finally:
             if agent.best is not best and agent.best is not None:

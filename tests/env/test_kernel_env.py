@@ -103,13 +103,14 @@ def test_turn_limit_truncates_and_finish_terminates(problem, tmp_path):
 
 def test_final_timing_counts_a_verified_best(problem, tmp_path):
     fake = FakeEvaluator(speedup=0.5)
-    env = make_env(problem, tmp_path, evaluate=fake)
+    env = make_env(problem, tmp_path, evaluate=fake, final=("timing", "plain_build"))
     env.reset()
     env.step(write(GOOD))
     env.step({"name": "verify", "arguments": {}})
     obs, reward, term, trunc, info = env.step({"name": "finish", "arguments": {}})
-    assert term and [c[2] for c in fake.calls] == ["verify", "timing"]
+    assert term and [c[2] for c in fake.calls] == ["verify", "timing", "verify"]
     assert info["best"]["candidate_us"] is not None and info["verdicts"][-1]["stage"] == "done"
+    assert info["best"]["plain_build"] == "verified" and len(fake.plain) == 1
     env.close()
 
 
