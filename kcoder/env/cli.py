@@ -99,6 +99,7 @@ SYNTH_OPTIONS = (
         help="A KernelBench checkout: drop compositions whose op sequence one of its problems has.")]),
     option("min_ms", Annotated[float, typer.Option(help="Least eager time kept (ms).")], 1.0),
     option("max_ms", Annotated[float, typer.Option(help="Most eager time kept (ms).")], 100.0),
+    option("jobs", Annotated[int, typer.Option(help="Checks run side by side (the same problems are kept).")], 1),
     option("as_json", JsonOpt, False))
 
 

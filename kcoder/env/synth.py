@@ -14,6 +14,7 @@ import random
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,15 @@ class SynthOptions:
     kernelbench: Path | None = None
     min_ms: float = 1.0
     max_ms: float = 100.0
+    jobs: int = 1  # checks side by side (each a child process)
 
     def validate(self) -> None:
         if self.n < 1:
             raise ValueError("--n must be at least 1")
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda, not {self.device!r}")
+        if self.jobs < 1:
+            raise ValueError("--jobs must be at least 1")
         if not 0 < self.min_ms < self.max_ms:
             raise ValueError("--min-ms and --max-ms must satisfy 0 < min < max")
 
@@ -83,7 +87,9 @@ def _user_pointwise(name: str, expr: str) -> Op:
 
 
 def synthesize(opts: SynthOptions, on_task: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Write opts.n checked problems and the manifest into opts.out; returns the manifest."""
+    """Write opts.n checked problems and the manifest into opts.out; returns the manifest.
+    With opts.jobs > 1 the checks of consecutive compositions run side by side, and results
+    are taken in composition order, so the problems kept are the same as with one job."""
     opts.validate()
     ops = load_ops(opts.ops)
     known = kernelbench_sequences(opts.kernelbench) if opts.kernelbench else {}
@@ -93,27 +99,40 @@ def synthesize(opts: SynthOptions, on_task: Callable[[dict[str, Any]], None] | N
     rejected: list[dict[str, Any]] = []
     seen: set[str] = set()
     attempt = 0
-    while len(tasks) < opts.n and attempt < ATTEMPTS_PER_TASK * opts.n:
-        comp = draw(random.Random(f"{opts.seed}:{attempt}"), ops)
-        comp.batch = choose_batch(comp, opts.device, opts.min_ms, opts.max_ms)
-        name = f"{len(tasks) + 1:04d}_" + "_".join(s.op.title().replace("_", "") for s in comp.steps)
-        entry = describe(comp, attempt, opts.device)
-        reason, result = screen(comp, name, opts, known, seen)
-        entry.update({k: v for k, v in result.items() if k != "ok" and k != "reason"})
-        if reason:
-            rejected.append({**entry, "reason": reason})
-        else:
-            (opts.out / f"{name}.py").write_text(render(comp, name))
-            tasks.append({"name": name, "file": f"{name}.py", **entry})
-            if on_task:
-                on_task(tasks[-1])
-        attempt += 1
+    with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+        while len(tasks) < opts.n and attempt < ATTEMPTS_PER_TASK * opts.n:
+            batch = [_draw(opts, ops, a) for a in range(attempt, attempt + opts.jobs)]
+            static = [screen(comp, known, seen) for comp in batch]  # in order: which duplicate is first
+            checked = list(pool.map(lambda cr: {} if cr[1] else check_in_child(render(cr[0], "synthesized"), opts),
+                                    zip(batch, static, strict=True)))
+            for comp, why, result in zip(batch, static, checked, strict=True):
+                reason = why or ("" if result.get("ok") else result.get("reason") or "the check failed")
+                if len(tasks) == opts.n:
+                    break  # checked ahead by another job: not part of this run
+                name = f"{len(tasks) + 1:04d}_" + "_".join(s.op.title().replace("_", "") for s in comp.steps)
+                entry = {**describe(comp, attempt, opts.device),
+                         **{k: v for k, v in result.items() if k not in ("ok", "reason")}}
+                attempt += 1
+                if reason:
+                    rejected.append({**entry, "reason": reason})
+                    continue
+                (opts.out / f"{name}.py").write_text(render(comp, name))
+                tasks.append({"name": name, "file": f"{name}.py", **entry})
+                if on_task:
+                    on_task(tasks[-1])
     manifest = {"seed": opts.seed, "device": opts.device, "min_ms": opts.min_ms, "max_ms": opts.max_ms,
-                "ops_file": str(opts.ops) if opts.ops else None, "catalogue": sorted(ops),
+                "ops_file": str(opts.ops) if opts.ops else None, "catalogue": sorted(ops), "jobs": opts.jobs,
                 "kernelbench": str(opts.kernelbench) if opts.kernelbench else None, "attempts": attempt,
                 "tasks": tasks, "rejected": rejected}
     (opts.out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def _draw(opts: SynthOptions, ops: dict[str, Op], attempt: int) -> Composition:
+    """Composition `attempt` of the seed: its own generator, its batch from the estimate."""
+    comp = draw(random.Random(f"{opts.seed}:{attempt}"), ops)
+    comp.batch = choose_batch(comp, opts.device, opts.min_ms, opts.max_ms)
+    return comp
 
 
 def describe(comp: Composition, attempt: int, device: str) -> dict[str, Any]:
@@ -122,18 +141,15 @@ def describe(comp: Composition, attempt: int, device: str) -> dict[str, Any]:
             "batch": comp.batch, "estimate_ms": round(1e3 * estimate_s(comp, device, comp.batch), 3)}
 
 
-def screen(comp: Composition, name: str, opts: SynthOptions, known: dict[tuple[str, ...], str],
-           seen: set[str]) -> tuple[str, dict[str, Any]]:
-    """Why `comp` is dropped ("" when kept) and the checker's result."""
-    source = render(comp, "x")
+def screen(comp: Composition, known: dict[tuple[str, ...], str], seen: set[str]) -> str:
+    """Why `comp` is dropped before any check runs ("" when it goes on to the checks): drawn
+    before, or an op sequence KernelBench has."""
+    source = render(comp, "synthesized")
     if source in seen:
-        return "the same problem was drawn before", {}
+        return "the same problem was drawn before"
     seen.add(source)
     sequence = tuple(op_sequence(source) or [])
-    if sequence in known:
-        return f"KernelBench has this op sequence: {known[sequence]}", {}
-    result = check_in_child(render(comp, name), opts)
-    return ("" if result.get("ok") else result.get("reason") or "the check failed"), result
+    return f"KernelBench has this op sequence: {known[sequence]}" if sequence in known else ""
 
 
 def check_in_child(source: str, opts: SynthOptions) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def test_kernelbench_sequences_are_dropped(tmp_path):
     assert known == {("linear", "gelu", "sum", "mul"): "level2/1_Gemm_GELU_Sum.py"}
     ours = comp_of("linear", "gelu", "sum", "scale")
     assert op_sequence(render(ours, "x")) == ["linear", "gelu", "sum", "mul"]
-    reason, _ = screen(ours, "x", SynthOptions(device="cpu"), known, set())
+    reason = screen(ours, known, set())
     assert reason == "KernelBench has this op sequence: level2/1_Gemm_GELU_Sum.py"
     with pytest.raises(ValueError, match="not a KernelBench checkout"):
         kernelbench_sequences(tmp_path / "KernelBench" / "level2")
@@ -108,7 +108,7 @@ def test_synth_is_deterministic_and_writes_a_manifest(tmp_path):
     proc = run_kcoder("synth", "--n", "2", "--device", "cpu", "--seed", "5", "--ops", str(ops), "--out", str(first),
                       "--min-ms", "0.0001", "--max-ms", "1000000")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    second = synthesize(SynthOptions(n=2, out=tmp_path / "b", device="cpu", seed=5, ops=ops, **WIDE))
+    second = synthesize(SynthOptions(n=2, out=tmp_path / "b", device="cpu", seed=5, ops=ops, jobs=2, **WIDE))
     manifest = json.loads((first / "manifest.json").read_text())
     files = sorted(p.name for p in first.glob("*.py"))
     assert files == sorted(t["file"] for t in manifest["tasks"]) == sorted(t["file"] for t in second["tasks"])
