@@ -190,7 +190,9 @@ except OSError:
 ms = [t["eager_ms"] for t in m["tasks"]]
 reasons = {}
 for r in m["rejected"]:
-    key = r["reason"].split(":")[0].split(" is outside")[0][:40]
+    key = r["reason"].split(":")[0][:40]
+    if key.startswith("eager time"):
+        key = "eager > max" if r.get("eager_ms", 0) > m["max_ms"] else "eager < min"
     reasons[key] = reasons.get(key, 0) + 1
 try:
     eps = [json.loads(l) for l in open(f"{out}/rollout/rollouts.jsonl")]
