@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +91,6 @@ class KernelEnv:
         self._pushed = _Pushed(tool_mode)
         self._verdicts: list[Verdict] = []
         self._last: Verdict | None = None
-        self._known_children = _children()
 
     @classmethod
     def from_settings(cls, problem: str | Path, settings: Settings, **kw: Any) -> KernelEnv:
@@ -115,6 +116,10 @@ class KernelEnv:
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """A fresh run directory and conversation; returns (task text, info)."""
+        with _reaping():
+            return self._reset(seed)
+
+    def _reset(self, seed: int | None) -> tuple[str, dict[str, Any]]:
         from kcoder.agent import prompts
         from kcoder.agent.assemble import build_agent
         from kcoder.agent.preflight import roofline_preflight
@@ -137,6 +142,10 @@ class KernelEnv:
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Run one action; (observation, reward, terminated, truncated, info)."""
+        with _reaping():
+            return self._step(action)
+
+    def _step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         agent = self.agent
         if agent is None or self.result is not None:
             raise RuntimeError("KernelEnv.step: call reset() first (the episode has ended or never began)")
@@ -170,10 +179,8 @@ class KernelEnv:
 
     def close(self) -> None:
         """End the episode (report written) and every process the environment started."""
-        try:
+        with _reaping():
             self.end("closed", "the environment was closed")
-        finally:
-            _kill_new_children(self._known_children)
 
     def __enter__(self) -> KernelEnv:
         return self
@@ -242,9 +249,19 @@ def _children() -> set[int]:
     return found
 
 
+@contextmanager
+def _reaping() -> Iterator[None]:
+    """Around each call: SIGKILL the process group of every child started during it and still
+    alive at its end (the evaluator ends its own at each verdict; this covers an interrupted
+    call). Children the caller started itself are never touched."""
+    known = _children()
+    try:
+        yield
+    finally:
+        _kill_new_children(known)
+
+
 def _kill_new_children(known: set[int]) -> None:
-    """SIGKILL the process group of every child started since `known` was taken. The
-    evaluator kills its own processes at each verdict; this covers an interrupted step."""
     for pid in _children() - known:
         try:
             group = os.getpgid(pid)

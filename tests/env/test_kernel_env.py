@@ -143,3 +143,27 @@ def test_real_judge_honest_then_cheating_candidate(problem, tmp_path):
     assert reward >= 1 and reward == info["best"]["reward"]
     env.close()
     assert _children() <= before  # nothing the environment started is left
+
+
+def test_processes_left_by_a_step_are_ended_the_callers_are_not(problem, tmp_path):
+    import subprocess
+
+    leaked: list[subprocess.Popen] = []
+    fake = FakeEvaluator()
+
+    def leaky(problem_path, candidate, options):  # an evaluation that leaves a process behind
+        leaked.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
+        return fake(problem_path, candidate, options)
+
+    mine = subprocess.Popen(["sleep", "60"])  # the caller's own child
+    try:
+        env = make_env(problem, tmp_path, evaluate=leaky)
+        env.reset()
+        env.step(write(GOOD))
+        assert env.step({"name": "verify", "arguments": {}})[1] == 1
+        assert leaked and leaked[0].poll() is not None  # killed (and reaped) at the step's end
+        env.close()
+        assert mine.poll() is None and mine.pid in _children()
+    finally:
+        mine.kill()
+        mine.wait()
