@@ -115,7 +115,9 @@ class KernelEnv:
         return self.agent.toolbox.schemas() if self.agent else []
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """A fresh run directory and conversation; returns (task text, info)."""
+        """A fresh run directory and conversation; returns (task text, info). `seed` is recorded
+        in the trajectory (the policy's to use): the judge draws its own input seeds for every
+        evaluation, which no policy may know, so verdicts are not replayed by a seed."""
         with _reaping():
             return self._reset(seed)
 
