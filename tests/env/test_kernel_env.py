@@ -39,6 +39,10 @@ def test_reset_gives_the_task_and_the_tools(problem, tmp_path):
     start = json.loads((Path(info["run_dir"]) / "trajectory.jsonl").read_text().splitlines()[0])
     assert start["type"] == "start" and start["seed"] == 3 and start["model"] == "env"
     env.close()
+    assert "```tool" not in info["system_prompt"]
+    text_env = make_env(problem, tmp_path, tool_mode="text")
+    assert "```tool" in text_env.reset()[1]["system_prompt"]  # the text protocol is taught
+    text_env.close()
 
 
 def test_scripted_episode_rewards_and_ends_at_the_target(problem, tmp_path):
