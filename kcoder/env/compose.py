@@ -17,7 +17,7 @@ from kcoder.env.catalogue import CATALOGUE, Op, Shape, Step, fits
 
 # Nominal eager rates (bytes/s of fp32 traffic, FLOP/s, seconds per op launch): an estimate
 # within a few times is all the batch choice needs.
-RATES = {"cpu": (2e10, 1e10, 2e-5), "cuda": (1.5e12, 2e13, 1e-5)}
+RATES = {"cpu": (8e9, 3e9, 2e-5), "cuda": (1.5e12, 2e13, 1e-5)}
 MAX_TENSOR_BYTES = {"cpu": 256 * 2**20, "cuda": 1024 * 2**20}
 MAX_BATCH = 1 << 16
 
