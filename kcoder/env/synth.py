@@ -45,6 +45,10 @@ class SynthOptions:
             raise ValueError("--n must be at least 1")
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda, not {self.device!r}")
+        from kcoder.settings import default_device
+
+        if self.device == "cuda" and default_device() != "cuda":  # else every check would fail, one by one
+            raise ValueError("--device cuda: this machine has no NVIDIA GPU (use --device cpu)")
         if self.jobs < 1:
             raise ValueError("--jobs must be at least 1")
         if not 0 < self.min_ms < self.max_ms:

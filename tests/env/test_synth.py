@@ -99,6 +99,9 @@ def test_ops_file_errors_name_the_file(tmp_path):
     proc = run_kcoder("synth", "--n", "1", "--device", "cpu", "--ops", str(tmp_path / "none.json"),
                       "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "none.json" in proc.stderr
+    if not Path("/dev/nvidiactl").exists():
+        with pytest.raises(ValueError, match="no NVIDIA GPU"):
+            SynthOptions(device="cuda").validate()
 
 
 def test_synth_is_deterministic_and_writes_a_manifest(tmp_path):
