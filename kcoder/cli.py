@@ -43,6 +43,7 @@ from kcoder.cli_options import (
     option,
     with_options,
 )
+from kcoder.env.cli import register as _register_env
 from kcoder.settings import DEFAULT_BUDGET_S, DEFAULT_TARGET, Device, Settings, Stage, default_device, parse_allow
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -344,6 +345,10 @@ def mcp_command(
     from kcoder.mcp.server import serve
 
     serve(settings, folder, http_port=http, host=host)
+
+
+# kcoder rollout, kcoder synth (kcoder/env/cli.py)
+_register_env(app, _settings, _bad_input)
 
 
 def main() -> None:

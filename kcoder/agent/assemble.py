@@ -35,13 +35,16 @@ def resolve_model(settings: Settings) -> tuple[Profile, str]:
 
 
 def build_agent(settings: Settings, workspace: Workspace, out: ui.Output, *, mode: Mode = "optimize",
-                evaluate: Evaluator | None = None, profiler: Profiler | None = None) -> Agent:
+                evaluate: Evaluator | None = None, profiler: Profiler | None = None,
+                llm: Any = None) -> Agent:
     """An agent for `settings` working in `workspace`, printing on `out`. `evaluate` and
-    `profiler` replace kcoder's judge and profiler (tests). Raises ValueError like
-    `resolve_model`."""
+    `profiler` replace kcoder's judge and profiler (tests); `llm` answers the loop's queries
+    instead of the model or the built-in policy (kcoder.env feeds it the caller's actions).
+    Raises ValueError like `resolve_model`."""
     profile, tool_mode = resolve_model(settings)
-    llm: Any
-    if settings.model or mode == "chat":
+    if llm is not None:
+        tool_mode = llm.tool_mode
+    elif settings.model or mode == "chat":
         llm = LLM(model=settings.model or "", api_base=settings.api_base, tool_mode=tool_mode,
                   temperature=profile.temperature, max_output_tokens=profile.max_output_tokens,
                   stream=settings.stream, on_text=out.assistant_text, on_notice=out.warn)

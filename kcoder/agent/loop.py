@@ -231,11 +231,15 @@ class Agent:
             try:
                 self.step()
             except FormatError as exc:
-                self._format_errors += 1
-                if self._format_errors >= self.limits.max_format_errors:
-                    raise AgentStop("format_errors", f"{self._format_errors} replies in a row "
-                                    "without a usable tool call") from exc
-                self.add({"role": "user", "content": str(exc)})
+                self.answer_format_error(exc)
+
+    def answer_format_error(self, exc: FormatError) -> None:
+        """Tell the model its reply had no usable tool call; AgentStop after too many in a row."""
+        self._format_errors += 1
+        if self._format_errors >= self.limits.max_format_errors:
+            raise AgentStop("format_errors", f"{self._format_errors} replies in a row "
+                            "without a usable tool call") from exc
+        self.add({"role": "user", "content": str(exc)})
 
     def usage(self) -> Usage:
         """Tokens, calls and cost of the whole run (earlier sessions and models included)."""

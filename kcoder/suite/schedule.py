@@ -69,14 +69,15 @@ def local_slots(device: str, workers: int | None) -> list[Slot]:
     return gpu_slots(min(count, workers or count), cores, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def execute_task(spec: dict[str, Any], slot: Slot) -> Record:
-    """Run one task's process pinned to `slot`; its record (an error record when it died)."""
+def execute_task(spec: dict[str, Any], slot: Slot, module: str = "kcoder.suite.task") -> Record:
+    """Run one task's process (`python -m module SPEC RESULT`; kcoder.env.episode for rollouts)
+    pinned to `slot`; its record (an error record when it died)."""
     from kcoder.procs import child_env, run
 
     with tempfile.TemporaryDirectory(prefix="kcoder-suite-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "record.json"
         spec_path.write_text(json.dumps(spec))
-        cmd = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m", "kcoder.suite.task",
+        cmd = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m", module,
                str(spec_path), str(out_path)]
         result = run(cmd, TASK_LIMIT_S, cwd=Path(tmp), env=child_env(**slot.env))
         if out_path.exists():

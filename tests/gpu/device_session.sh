@@ -10,6 +10,7 @@
 # tune:   bench/tune.py --device cuda (TUNE_S, TUNE_ARGS).
 # suite: kcoder suite on the GPU(s) (see suite() below).
 # kb:    the built-in policy's candidates on KernelBench problems (see kb() below).
+# envs:  kcoder synth --n 50 and one kcoder rollout batch on the GPU, timed (issue 31; see envs() below).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -192,6 +193,48 @@ kernels() {
   cp /tmp/pairs.txt "$out/"; tar czf "$out/kernels_sol.tgz" -C /tmp kernels_sol
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout "${KERNELS_S:-420}" python3 bench/kernels.py --pairs /tmp/pairs.txt --jobs "${KJOBS:-12}" \
     --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" | grep -vE '^\{' | tail -60
+
+# envs: issue 31's figures. kcoder synth --n SYNTH_N (50) on the GPU (SYNTH_JOBS checks side by side),
+#       then one rollout batch: the built-in policy, one episode per example, one GPU per episode.
+#       The manifest, the episodes and both logs come back in $OUT; a table is printed last.
+envs() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  t0=$(date +%s)
+  timeout "${SYNTH_S:-330}" python3 -m kcoder synth --n "${SYNTH_N:-50}" --device cuda --jobs "${SYNTH_JOBS:-4}" \
+    --out "$out/synth" > "$out/synth.log" 2>&1; echo "synth rc=$?"; tail -3 "$out/synth.log"
+  t1=$(date +%s)
+  timeout "${ROLLOUT_S:-230}" python3 -m kcoder rollout examples --policy builtin --device cuda --backend pool \
+    --budget 1 --tune-trials 2 --max-turns 8 --out "$out/rollout" > "$out/rollout.log" 2>&1; echo "rollout rc=$?"
+  tail -6 "$out/rollout.log"
+  t2=$(date +%s)
+  python3 - "$out" $((t1 - t0)) $((t2 - t1)) <<'PY'
+import json, statistics, sys
+out, synth_s, rollout_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    m = json.load(open(f"{out}/synth/manifest.json"))
+except OSError:
+    m = {"tasks": [], "rejected": [], "attempts": 0}
+ms = [t["eager_ms"] for t in m["tasks"]]
+reasons = {}
+for r in m["rejected"]:
+    key = r["reason"].split(":")[0][:40]
+    if key.startswith("eager time"):
+        key = "eager > max" if r.get("eager_ms", 0) > m["max_ms"] else "eager < min"
+    reasons[key] = reasons.get(key, 0) + 1
+try:
+    eps = [json.loads(l) for l in open(f"{out}/rollout/rollouts.jsonl")]
+except OSError:
+    eps = []
+print("| figure | value |\n| --- | --- |")
+print(f"| synth: kept / drawn | {len(ms)} / {m['attempts']} in {synth_s} s |")
+if ms:
+    print(f"| synth: eager ms min / median / max | {min(ms):.2f} / {statistics.median(ms):.2f} / {max(ms):.2f} |")
+print(f"| synth: rejected by reason | {reasons} |")
+print(f"| rollout: episodes, wall time | {len(eps)} in {rollout_s} s |")
+for e in eps:
+    print(f"| rollout {e['name']} | {e.get('status')}, reward {e.get('reward')}, {e.get('turns')} turns, "
+          f"{e.get('seconds')} s |")
+PY
 }
 
 profile_tests() {
