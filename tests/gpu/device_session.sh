@@ -193,6 +193,7 @@ kernels() {
   cp /tmp/pairs.txt "$out/"; tar czf "$out/kernels_sol.tgz" -C /tmp kernels_sol
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout "${KERNELS_S:-420}" python3 bench/kernels.py --pairs /tmp/pairs.txt --jobs "${KJOBS:-12}" \
     --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" | grep -vE '^\{' | tail -60
+}
 
 # envs: issue 31's figures. kcoder synth --n SYNTH_N (50) on the GPU (SYNTH_JOBS checks side by side),
 #       then one rollout batch: the built-in policy, one episode per example, one GPU per episode.
