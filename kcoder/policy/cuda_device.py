@@ -22,12 +22,13 @@ struct C_argmin { template <class A> __device__ static A c(A a, A b) {
   const bool an = a.v != a.v, bn = b.v != b.v;
   if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
   return (b.v < a.v || (b.v == a.v && b.i < a.i)) ? b : a; } };
-// Online softmax: v is the running max, i holds the bits of the running sum of exp(x - max).
+// Online softmax: v is the running max, i holds the bits of the running sum of exp(x - max)
+// (the rescale factor in float: its argument is a difference of float values).
 struct C_lse { __device__ static Acc c(Acc a, Acc b) {
   const double sa = __longlong_as_double(a.i), sb = __longlong_as_double(b.i);
   if (a.v != a.v || b.v != b.v) return {a.v != a.v ? a.v : b.v, __double_as_longlong(NAN)};  // NaN wins, as in max
-  if (b.v > a.v) return {b.v, __double_as_longlong(sb + (sa == 0.0 ? 0.0 : sa * exp(a.v - b.v)))};
-  if (a.v > b.v) return {a.v, __double_as_longlong(sa + (sb == 0.0 ? 0.0 : sb * exp(b.v - a.v)))};
+  if (b.v > a.v) return {b.v, __double_as_longlong(sb + (sa == 0.0 ? 0.0 : sa * (double)expf((float)(a.v - b.v))))};
+  if (a.v > b.v) return {a.v, __double_as_longlong(sa + (sb == 0.0 ? 0.0 : sb * (double)expf((float)(b.v - a.v))))};
   return {a.v, __double_as_longlong(sa + sb)}; } };
 struct S_sum { __device__ static double c(double a, double b) { return a + b; } };
 struct S_prod { __device__ static double c(double a, double b) { return a * b; } };

@@ -60,12 +60,12 @@ def row_kernel(u: Unit) -> list[str]:
             continue  # its sum came out of the pass before (online)
         kind = "lse" if n in pairs else st.kind
         if n in pairs:
-            lines += [f"  float m{n} = -INFINITY;", f"  double s{n} = 0.0;"]
+            lines += [f"  float m{n} = -INFINITY, s{n} = 0.0f;"]
             lines += loop(u, [st.value], online_update(f"m{n}", f"s{n}", st.value), set(), tid, nthr, ("0", "kL"))
-            lines.append(f"  Acc a{n} = Acc{{(double)m{n}, __double_as_longlong(s{n})}};")
+            lines.append(f"  Acc a{n} = Acc{{(double)m{n}, __double_as_longlong((double)s{n})}};")
         else:
-            declare, update, finish = accumulate(u, st, n)
-            lines += declare + loop(u, [st.value], update, set(), tid, nthr, ("0", "kL")) + finish
+            declare, update, finish, around = accumulate(u, st, n)
+            lines += declare + loop(u, [st.value], update, set(), tid, nthr, ("0", "kL"), around) + finish
         if lay == "block":
             lines.append(f"  a{n} = kc_block_reduce<C_{kind}>(a{n}, {INIT[kind]}, sh);")
         elif lay == "warp":
@@ -121,8 +121,9 @@ def split_kernels(u: Unit) -> list[str]:
             lines.append("}")
             continue
         st = k.stages[ph]
-        declare, update, finish = accumulate(u, st, ph)
-        lines += declare + loop(u, [st.value], update, set(), "threadIdx.x", "THREADS", ("lo", "hi")) + finish
+        declare, update, finish, around = accumulate(u, st, ph)
+        lines += declare + loop(u, [st.value], update, set(), "threadIdx.x", "THREADS", ("lo", "hi"), around)
+        lines += finish
         lines += _split_combine(st.kind, ph, ns)
         if ph == ns - 1 and not full and rows:
             lines += stage_result(st, ph) + row_stmts(u, ph)

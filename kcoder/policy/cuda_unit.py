@@ -102,8 +102,10 @@ def bases(u: Unit, indent: str) -> list[str]:
     return [f"{indent}const {u.it} b{i} = {offset(u.g.os, u.g.ost[i], 'o', u.it)};" for i in range(len(u.k.operands))]
 
 
-def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: str) -> list[str]:
-    """`body` for the V elements from r0: vector loads before, vector stores after (V == VEC)."""
+def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: str,
+          around: tuple[list[str], list[str]] = ([], [])) -> list[str]:
+    """`body` for the V elements from r0: vector loads before, vector stores after (V == VEC);
+    `around` is what comes before and after the V elements (a float partial sum)."""
     it, out = u.it, []
     for i in sorted(loads):
         out += [f"float x{i}[V];",
@@ -112,8 +114,8 @@ def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: s
                 f"  x{i}[0] = qv.x; x{i}[1] = qv.y; x{i}[2] = qv.z; x{i}[3] = qv.w;",
                 f"}} else {{ x{i}[0] = p{i}[b{i} + r0]; }}"]
     out += [f"float y{i}[V];" for i in sorted(stores)]
-    out += ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
-    out += ["  " + line for line in body] + ["}"]
+    out += around[0] + ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
+    out += ["  " + line for line in body] + ["}"] + around[1]
     for i in sorted(stores):
         out += ["if constexpr (V == 4) {",
                 f"  *reinterpret_cast<float4*>(p{i} + b{i} + r0) = make_float4(y{i}[0], y{i}[1], y{i}[2], y{i}[3]);",
@@ -128,7 +130,7 @@ def used(u: Unit, targets: list[str]) -> set[int]:
 
 
 def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: str, nthr: str,
-          bounds: tuple[str, str]) -> list[str]:
+         bounds: tuple[str, str], around: tuple[list[str], list[str]] = ([], [])) -> list[str]:
     """A row loop from bounds[0] to bounds[1], thread `tid` of `nthr` taking V elements at a
     time, UNROLL chunks per iteration (their loads in flight together): `tail` after the
     statements for `targets`. A persistent row (u.cached) runs over its registers instead."""
@@ -137,13 +139,13 @@ def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: st
     if u.cached:
         out = ["  #pragma unroll", "  for (int q = 0; q < kP; ++q) {",
                f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", f"    if (r0 < {hi}) {{"]
-        return out + lanes(u, body, used(u, targets) - u.cached, stores, "      ") + ["    }", "  }"]
+        return out + lanes(u, body, used(u, targets) - u.cached, stores, "      ", around) + ["    }", "  }"]
     unroll = "(UNROLL * 4)" if u.layout == "thread" else "UNROLL"  # a thread's row: more loads in flight
     out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * {unroll}) {{",
            "    #pragma unroll", f"    for (int n = 0; n < {unroll}; ++n) {{",
            f"      const {u.it} r0 = c + n * {nthr} * V;",
            f"      if (r0 < {hi}) {{"]
-    out += lanes(u, body, used(u, targets), stores, "        ")
+    out += lanes(u, body, used(u, targets), stores, "        ", around)
     return out + ["      }", "    }", "  }"]
 
 
@@ -167,20 +169,24 @@ def cache_rows(u: Unit, tid: str, nthr: str) -> list[str]:
     return lines + ["    }", "  }"]
 
 
-def accumulate(u: Unit, st, n: int) -> tuple[list[str], list[str], list[str]]:
-    """A stage's per-thread accumulator: its declaration, the per-element update and what
-    turns it into the Acc the cross-thread reduction combines. A comparison of float values
-    (max, min, argmax, argmin) is exact in float, so it stays in float per element (a float to
-    double conversion per element costs more than the load on a GPU); sums and products
-    accumulate in double."""
+def accumulate(u: Unit, st, n: int) -> tuple[list[str], list[str], list[str], tuple[list[str], list[str]]]:
+    """A stage's per-thread accumulator: its declaration, the per-element update, what turns it
+    into the Acc the cross-thread reduction combines, and what goes around each V elements.
+    A float to double conversion costs more than a load on a GPU, so: a comparison of float
+    values (max, min, argmax, argmin) stays in float (exact); a float sum adds its V elements in
+    float, then once into the double accumulator; other sums and products add in double."""
     by_var = {s.var: s for s in u.k.stmts}
-    exact = st.kind in INIT_F and by_var.get(st.value) is not None and by_var[st.value].ctype == "float"
-    if exact:
+    value = by_var.get(st.value)
+    is_float = value is not None and value.ctype == "float"
+    if st.kind in INIT_F and is_float:
         return ([f"  AccF f{n} = {INIT_F[st.kind]};"],
                 [f"f{n} = C_{st.kind}::c(f{n}, AccF{{{st.value}, (long long)r}});"],
-                [f"  Acc a{n} = Acc{{(double)f{n}.v, f{n}.i}};"])
+                [f"  Acc a{n} = Acc{{(double)f{n}.v, f{n}.i}};"], ([], []))
+    if st.kind == "sum" and is_float:
+        return ([f"  Acc a{n} = {INIT[st.kind]};"], [f"q{n} += {st.value};"], [],
+                ([f"float q{n} = 0.0f;"], [f"a{n}.v += (double)q{n};"]))
     return ([f"  Acc a{n} = {INIT[st.kind]};"],
-            [f"a{n} = C_{st.kind}::c(a{n}, Acc{{(double)({st.value}), (long long)r}});"], [])
+            [f"a{n} = C_{st.kind}::c(a{n}, Acc{{(double)({st.value}), (long long)r}});"], [], ([], []))
 
 
 def stage_result(st, n: int) -> list[str]:

@@ -29,11 +29,12 @@ def online_pairs(kernel: Kernel) -> set[int]:
 
 
 def online_update(m: str, s: str, x: str) -> list[str]:
-    """One element x into a thread's running max m (float) and sum s (double) of exp(x - m).
+    """One element x into a thread's running max m and sum s of exp(x - m), both float (a
+    thread's share of a row is short; the threads' pairs then combine in double, C_lse).
     -inf adds nothing (so a thread that has seen only -inf stays at s = 0) and NaN sticks."""
     return ["{",
             f"  const float kx = (float)({x});",
-            f"  if (kx > {m}) {{ {s} = {s} * (double)expf({m} - kx) + 1.0; {m} = kx; }}",
-            f"  else if (kx != kx) {{ {m} = kx; {s} = (double)NAN; }}",
-            f"  else if (kx != -INFINITY) {s} += (double)expf(kx - {m});",
+            f"  if (kx > {m}) {{ {s} = {s} * expf({m} - kx) + 1.0f; {m} = kx; }}",
+            f"  else if (kx != kx) {{ {m} = kx; {s} = NAN; }}",
+            f"  else if (kx != -INFINITY) {s} += expf(kx - {m});",
             "}"]
