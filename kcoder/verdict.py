@@ -103,9 +103,13 @@ class Verdict:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+    def from_dict(cls, data: dict[str, Any], strict: bool = False) -> Verdict:
+        """A verdict from its JSON form. `strict`: a key this kcoder does not know (a field
+        renamed on one side) is an error rather than dropped, so no figure goes missing quietly."""
+        unknown = sorted(k for k in data if k not in cls.__dataclass_fields__)
+        if strict and unknown:
+            raise ValueError(f"verdict fields unknown to this kcoder: {', '.join(unknown)}")
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def plain_build_ok(verdict: Verdict | dict[str, Any]) -> bool:
