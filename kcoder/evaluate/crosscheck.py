@@ -38,7 +38,7 @@ MIN_GATED_CALLS = 4
 GATE_MARGIN = 1.5  # the sleep lasts this many times the host's time to queue the calls
 GATE_EXTRA_S = 2e-3
 MAX_GATE_S = 0.5
-GATE_JITTER = 0.05  # share of the sleep allowed for its variation between batches
+GATE_JITTER = 0.02  # share of the sleep allowed for its variation beyond the two calibrations'
 CLEAN = 0.8  # the calls were queued before this share of the gated calibration's time
 
 

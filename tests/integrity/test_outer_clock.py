@@ -10,9 +10,13 @@ they test the layers behind them. Working extensions come from tests/sources.py:
 import re
 
 import pytest
-from sources import candidate_source
+from sources import UNDER_REPORT_3X, candidate_source
 
 pytestmark = pytest.mark.slow
+
+OUTER_CLOCK = "the judge's own clock measured"
+HONEST_FORWARD = "return _ext.scale_add_relu(x, y, self.scale)"
+TIMED = dict(compile_baseline=False)
 
 
 @pytest.fixture(autouse=True)
@@ -22,31 +26,6 @@ def one_thread(monkeypatch):
     kernel's time here should be the kernel's."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
-OUTER_CLOCK = "the judge's own clock measured"
-HONEST_FORWARD = "return _ext.scale_add_relu(x, y, self.scale)"
-TIMED = dict(compile_baseline=False)
-
-# Every Clock the candidate's process makes reports a third of the time it measured: an
-# instance attribute shadows Clock.call (whose identity, which the worker checks, is unchanged).
-UNDER_REPORT_3X = '''
-import kcoder.evaluate.timing as _timing
-
-_made = _timing.Clock.__init__
-
-
-def _third(self, device):
-    _made(self, device)
-    measured = type(self).call
-
-    def call(fn, inputs):
-        out, read = measured(self, fn, inputs)
-        return out, lambda: read() / 3
-
-    self.call = call
-
-
-_timing.Clock.__init__ = _third
-'''
 
 # Clock.call itself replaced while the candidate is imported.
 PATCHED_AT_IMPORT = '''
