@@ -69,6 +69,8 @@ def test_host_bound_honest_gpu_candidate_is_not_accused():
     clock = ScriptedClock(cudnn, 16.0)
     clock.check()  # no accusation
     assert any(gate_s for _, gate_s, _ in clock.batches), "the gated batch was not used"
+    plain = [b for b in clock.batches if not b[1] and not b[2]]
+    assert len(plain) == 1, "a host-bound batch is not retried: only the gate can tell"
     note = clock.verdict.notes[-1]
     assert note.startswith("judge's clock: ") and "GPU gate: device time" in note, note
     per_call = float(note.split()[2])
