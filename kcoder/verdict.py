@@ -60,6 +60,9 @@ class Verdict:
     eager_sol_fraction: float | None = None
     compile_sol_fraction: float | None = None
     candidate_sol_fraction: float | None = None
+    # A GPU time under 2/3 of the SOL's (evaluate/summary.py): the finding, in words; "" when
+    # plausible. Such a verdict earns no speed-up reward and reaches no target.
+    implausible: str = ""
     notes: list[str] = field(default_factory=list)
     log: str = ""  # trimmed compiler output or traceback, for people and for the agent
     # "accepted" (correct), "rejected" (the candidate failed), "compiled" (--stop-after build,

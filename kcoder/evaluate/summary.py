@@ -30,6 +30,7 @@ def record_timings(v: Verdict, timings: Timings) -> None:
     v.reward = reward_for(v.correct, v.speedup_vs_eager, v.speedup_vs_compile)
     finding = implausible(v)
     if finding:
+        v.implausible = finding
         v.notes.append(finding)
         v.reward = min(v.reward, 1)
     v.stage = "done"

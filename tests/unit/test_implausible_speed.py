@@ -30,3 +30,13 @@ def test_near_the_sol_keeps_its_reward():
 def test_no_sol_or_cpu_target_decides_nothing():
     assert _verdict(candidate_us=1.0, sol_us=None).reward == 3
     assert _verdict(candidate_us=1.0, sol_us=10.0, device="cpu").reward == 3
+
+
+def test_the_agent_ranks_an_implausible_time_as_no_time():
+    from kcoder.agent.loop import rank
+
+    fast_but_impossible = _verdict(candidate_us=6.0, sol_us=10.0)
+    plausible = _verdict(candidate_us=50.0, sol_us=10.0)
+    assert fast_but_impossible.implausible and not plausible.implausible
+    assert rank(plausible) > rank(fast_but_impossible)
+    assert Verdict.from_dict(fast_but_impossible.to_dict(), strict=True).implausible  # it travels as JSON
