@@ -86,13 +86,13 @@ def bench_one(folder: Path, args: argparse.Namespace) -> list[str]:
     hand, best = full.hand_picked, full.best
     lines.append(f"  hand-picked {hand.config}: " + (f"{hand.time_us:.1f} us" if hand and hand.valid else
                                                      f"{hand.status if hand else '-'}"))
-    final = full.final or {}
-    vs = final.get("speedup_vs_compile")
+    final = full.final
+    vs = final.speedup_vs_compile if final else None
     gain = full.speedup_over_hand_picked
     lines.append(f"  exhaustive optimum {best.config}: {best.time_us:.1f} us"
                  + (f" ({gain:.2f}x over hand-picked)" if gain else "")
                  + (f"; tuned file (plain build) vs torch.compile {vs:.2f}x" if vs else "")
-                 + (f"; final check FAILED: {final.get('reason')}" if final and not final.get("correct") else ""))
+                 + (f"; final check FAILED: {final.reason}" if final and not final.correct else ""))
     judged = [p for p in full.points if p.trial]
     budget = max(1, math.ceil(len(judged) / 4))
     table = {config_key(p.config): p for p in full.points}

@@ -60,6 +60,9 @@ class Verdict:
     eager_sol_fraction: float | None = None
     compile_sol_fraction: float | None = None
     candidate_sol_fraction: float | None = None
+    # A GPU time under 2/3 of the SOL's (evaluate/summary.py): the finding, in words; "" when
+    # plausible. Such a verdict earns no speed-up reward and reaches no target.
+    implausible: str = ""
     notes: list[str] = field(default_factory=list)
     log: str = ""  # trimmed compiler output or traceback, for people and for the agent
     # "accepted" (correct), "rejected" (the candidate failed), "compiled" (--stop-after build,
@@ -103,9 +106,13 @@ class Verdict:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+    def from_dict(cls, data: dict[str, Any], strict: bool = False) -> Verdict:
+        """A verdict from its JSON form. `strict`: a key this kcoder does not know (a field
+        renamed on one side) is an error rather than dropped, so no figure goes missing quietly."""
+        unknown = sorted(k for k in data if k not in cls.__dataclass_fields__)
+        if strict and unknown:
+            raise ValueError(f"verdict fields unknown to this kcoder: {', '.join(unknown)}")
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def plain_build_ok(verdict: Verdict | dict[str, Any]) -> bool:

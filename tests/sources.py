@@ -165,6 +165,8 @@ cudaError_t launch_scale_add_relu(const float* a, const float* b, float* o, int6
                                   cudaStream_t stream);
 cudaError_t launch_hidden_stream(const float* a, const float* b, float* o, int64_t n, float s,
                                  cudaStream_t current);
+cudaError_t launch_busy_scale_add_relu(const float* a, const float* b, float* o, int64_t n, float s, int reps,
+                                       cudaStream_t stream);
 
 // Honest kernel: out = relu(x * scale + y), written into a fresh tensor.
 torch::Tensor scale_add_relu(torch::Tensor x, torch::Tensor y, double scale) {
@@ -194,6 +196,14 @@ torch::Tensor never_launched(torch::Tensor x, torch::Tensor y, double scale) {
     return torch::empty_like(x);
 }
 
+// Honest, and slow on the device by `reps` dependent steps per element (on the current stream).
+torch::Tensor busy_scale_add_relu(torch::Tensor x, torch::Tensor y, double scale, int64_t reps) {
+    auto out = torch::empty_like(x);
+    C10_CUDA_CHECK(launch_busy_scale_add_relu(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(),
+                                              x.numel(), (float)scale, (int)reps,
+                                              c10::cuda::getCurrentCUDAStream()));
+    return out;
+}
 // Does its work on a private stream the timer does not see (see launch_hidden_stream).
 torch::Tensor hidden_stream(torch::Tensor x, torch::Tensor y, double scale) {
     auto out = torch::empty_like(x);
@@ -223,7 +233,23 @@ __global__ void slow_scale_add_relu_kernel(const float* a, const float* b, float
     }
 }
 
+// The same, with the number of dependent steps chosen at run time.
+__global__ void busy_scale_add_relu_kernel(const float* a, const float* b, float* o, int64_t n, float s, int reps) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = a[i] * s + b[i];
+        for (int k = 0; k < reps; ++k) v = v * 1.0000001f - 1e-30f * v;
+        float r = a[i] * s + b[i];
+        o[i] = (r > 0.f ? r : 0.f) + 0.f * v;
+    }
+}
 static inline int blocks_for(int64_t n) { return (int)((n + 255) / 256); }
+cudaError_t launch_busy_scale_add_relu(const float* a, const float* b, float* o, int64_t n, float s, int reps,
+                                       cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    busy_scale_add_relu_kernel<<<blocks_for(n), 256, 0, stream>>>(a, b, o, n, s, reps);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_scale_add_relu(const float* a, const float* b, float* o, int64_t n, float s,
                                   cudaStream_t stream) {
@@ -245,7 +271,8 @@ cudaError_t launch_hidden_stream(const float* a, const float* b, float* o, int64
 }
 """
 
-CUDA_TESTLIB_FUNCTIONS = ["scale_add_relu", "out_of_bounds", "never_launched", "hidden_stream"]
+CUDA_TESTLIB_FUNCTIONS = ["scale_add_relu", "out_of_bounds", "never_launched", "hidden_stream",
+                          "busy_scale_add_relu"]
 
 
 def cuda_candidate_source(forward_body: str) -> str:
@@ -509,3 +536,27 @@ def tunable_candidate() -> str:
 
 
 tunable_candidate.__test__ = False  # type: ignore[attr-defined]
+
+
+# The outer clock's red team (tests/integrity/test_outer_clock.py, tests/gpu/test_outer_clock_gpu.py).
+# Every Clock the candidate's process makes reports a third of the time it measured: an
+# instance attribute shadows Clock.call (whose identity, which the worker checks, is unchanged).
+UNDER_REPORT_3X = '''
+import kcoder.evaluate.timing as _timing
+
+_made = _timing.Clock.__init__
+
+
+def _third(self, device):
+    _made(self, device)
+    measured = type(self).call
+
+    def call(fn, inputs):
+        out, read = measured(self, fn, inputs)
+        return out, lambda: read() / 3
+
+    self.call = call
+
+
+_timing.Clock.__init__ = _third
+'''

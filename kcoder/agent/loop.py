@@ -66,7 +66,10 @@ class RunResult:
 
 def rank(v: Verdict) -> tuple[bool, float, float]:
     """Sort key of verified verdicts, best last: timed above untimed (its speed-ups are
-    known and go into reports and commits), then by speed-up over torch.compile, then eager."""
+    known and go into reports and commits), then by speed-up over torch.compile, then eager.
+    A time faster than the speed of light allows counts as no time (evaluate/summary.py)."""
+    if v.implausible:
+        return (False, 0.0, 0.0)
     return (v.candidate_us is not None, v.speedup_vs_compile or 0.0, v.speedup_vs_eager or 0.0)
 
 
@@ -195,7 +198,7 @@ class Agent:
         if self.best:
             self.best_candidate = self.ws.best_dir / "model_new.py"
             reached = self.best.speedup_vs_compile
-            self.target_reached = reached is not None and reached >= self.limits.target
+            self.target_reached = reached is not None and reached >= self.limits.target and not self.best.implausible
 
     def carry_over(self, previous: Agent) -> None:
         """Continue `previous`'s session (chat's model switch): conversation, turns, best
@@ -343,7 +346,7 @@ class Agent:
         if self.best is None or rank(verdict) > rank(self.best):
             self.best, self.best_candidate = verdict, self.ws.save_best(candidate, verdict)
         s = verdict.speedup_vs_compile
-        if s is None or s < self.limits.target:
+        if s is None or s < self.limits.target or verdict.implausible:
             return None
         self.target_reached = True
         if self.limits.keep_going:

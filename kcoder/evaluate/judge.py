@@ -7,12 +7,11 @@ candidate and saves its output, and the reference process compares that output w
 own. Baselines are timed by the reference process while no candidate process is alive
 (half before the candidate's timing, half after it was killed), so background load cannot
 slow them; the candidate's per-call times are cross-checked with the judge's own clock over
-back-to-back batches, and timed outputs are checked at random rounds.
+back-to-back batches (crosscheck.py), and timed outputs are checked at random rounds.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import secrets
 import statistics
@@ -33,12 +32,6 @@ from kcoder.verdict import Verdict
 # deemed to run outside the timed stream.
 HIDDEN_WORK_FACTOR = 1.3
 HIDDEN_WORK_SLACK_US = 20.0
-# The judge's clock over a back-to-back batch may exceed the claimed per-call time by this
-# factor plus slack (host launch overhead, pipe latency) before the claim is called false.
-OUTER_FACTOR = 3.0
-OUTER_SLACK_US = 100.0
-BATCH_TARGET_S = 0.2
-OUTER_TRIES = 5
 TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
 MIN_TIMING_CHECKS = 4
 MAX_CHECKS = 6  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
@@ -255,37 +248,10 @@ class Judge:
             self.verdict.notes.append(note)
 
     def outer_clock_check(self, claimed_us: float, deadline: float) -> None:
-        """k calls back to back, timed by the judge's clock minus an empty round trip, must agree
-        with the per-call time the candidate's process reported (best of two batches: a busy
-        host only ever makes the judge's figure larger)."""
-        k = max(10, min(200, int(BATCH_TARGET_S * 1e6 / max(claimed_us, 1.0))))
-        empty = min(self.batch(0, deadline, check=False) for _ in range(3))
-        limit_us = OUTER_FACTOR * claimed_us + OUTER_SLACK_US
-        outer_us = math.inf
-        for _ in range(OUTER_TRIES):  # a busy host slows some batches; a false claim fails every one
-            outer_us = min(outer_us, max(0.0, (self.batch(k, deadline) - empty) / k * 1e6))
-            if outer_us <= limit_us:
-                break
-        self.verdict.notes.append(f"judge's clock: {outer_us:.1f} us per call over {k} back-to-back calls "
-                                  f"(reported {claimed_us:.1f} us)")
-        if outer_us > limit_us:
-            self.fail("timing", f"integrity: the candidate's process reported {claimed_us:.1f} us per call, "
-                                f"but the judge's own clock measured {outer_us:.1f} us per call (timer tampering?)")
+        """The judge's own clock over back-to-back batches, like for like (crosscheck.py)."""
+        from kcoder.evaluate.crosscheck import OuterClock
 
-    def batch(self, n: int, deadline: float, check: bool = True) -> float:
-        seed = self.seed()
-        cand = self.cand
-        assert cand is not None
-        self.ask_candidate(_left(deadline), "timing", op="batch", seed=seed, n=n, expect="ready")
-        started = time.monotonic()
-        cand.send(op="go")
-        self._expect(self._receive(cand, _left(deadline), "timing"), "done", "timing")
-        elapsed = time.monotonic() - started
-        if check:
-            self.last_seed = seed
-            self.checked_call("timing", f"the last of {n} back-to-back calls", deadline, save_last=True,
-                              perturbed=n)
-        return elapsed
+        OuterClock(self, claimed_us, deadline).check()
 
     def hidden_work_check(self, event_us: float, deadline: float) -> None:
         if self.options.device != "cuda":

@@ -63,6 +63,9 @@ class CandidateServer:
         build.install_build_wrapper(fast=self.options.fast_build)
         self._announce_compiles()
         self.problem = _inputs_only(load_module(Path(self.job["problem"]), "kcoder_problem_inputs"))
+        # What the checks compare against is taken before the candidate's code runs: a
+        # replacement made while it is imported shows as well.
+        self.timers = _timer_identities(torch)
         started = time.perf_counter()
         model_cls = self._import_candidate()
         # The judge says when the reference process has written the weights: both processes
@@ -72,7 +75,6 @@ class CandidateServer:
         self.link.phase("init")
         self.model = self._instantiate(model_cls)
         seconds = round(time.perf_counter() - started, 3)
-        self.timers = _timer_identities(torch)
         self.threads = threading.active_count()
         records = [build.describe(r) for r in build.BUILD_RECORDS]
         from kcoder.build import detached
@@ -206,20 +208,33 @@ class CandidateServer:
         self._save(self.last, path)
         return {"saved": True}
 
-    def op_batch(self, seed: int, n: int) -> dict[str, Any]:
-        """n calls back to back between two messages: the judge times them with its own clock."""
+    def op_batch(self, seed: int, n: int, gate_s: float = 0.0, calibration: bool = False) -> dict[str, Any]:
+        """n calls back to back between two messages: the judge times them with its own clock
+        (crosscheck.py). A "queued" message says when the host's part of all n calls is done.
+        `gate_s`: the GPU first sleeps that long, so the host queues every call before the GPU
+        runs any and the judge's clock sees their device time alone. `calibration`: a module
+        that does nothing stands in for the candidate, so the judge sees what the batch costs
+        besides the candidate (the harness's per-call work, the messages, the gate)."""
+        from kcoder.evaluate.batch import calibration_module, gate
+        from kcoder.evaluate.verify import perturb
+
         inputs = self.inputs(seed)
+        model = calibration_module(self.torch) if calibration else self.model
         self.clock.sync()
         self.link.reply(ready=True)
         if self.link.receive() is None:
             raise HarnessFault("the judge closed the channel")
-        from kcoder.evaluate.verify import perturb
-
+        gate(self.torch, self.device, gate_s)
         with self.torch.no_grad():
             for i in range(n):
                 perturb(inputs, i)  # every call on different data: nothing to remember
-                self.last = self._call(lambda: self.model(*inputs), "timing", direct=True)
+                out = self._call(lambda: model(*inputs), "timing", direct=True)
+                if not calibration:
+                    self.last = out
+                del out
+        self.link.reply(queued=True)
         self.clock.sync()
+        self._integrity("timing", "a back-to-back batch")
         return {"done": True}  # the judge's clock stops here; it asks for the output afterwards
 
     def op_kernel_time(self, seed: int) -> dict[str, Any]:
@@ -338,7 +353,8 @@ def _timer_identities(torch: Any) -> list[int]:
            torch.nn.Module.__call__, torch.utils.cpp_extension.load_inline]
     from kcoder.evaluate import timing, verify
 
-    fns += [verify.check_aliasing, verify.check_unchanged, verify.inputs_equal, verify.guarded_call, timing.Clock.call]
+    fns += [verify.check_aliasing, verify.check_unchanged, verify.inputs_equal, verify.guarded_call, verify.perturb,
+            timing.Clock.call, CandidateServer.op_time, CandidateServer.op_batch, CandidateServer._integrity]
     return [id(f) for f in fns]
 
 

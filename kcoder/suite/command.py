@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.settings import Settings
+from kcoder.suite.metrics import verdict_of
 from kcoder.suite.problems import SuiteInputError, SuiteProblem, attach_solutions, collect_problems
 from kcoder.suite.report import append_record, load_records, write_outputs
 from kcoder.suite.task import make_spec
@@ -103,9 +104,9 @@ def run_suite(plan: SuitePlan | None, out_dir: Path, *, backend: str = "auto", r
     if progress is not None:
         progress.stop()
     records = [done[p.name] for p in problems if p.name in done]
-    verdicts = [r.get("verdict") or {} for r in records]
+    verdicts = [v for v in map(verdict_of, records) if v is not None]
     meta = {"mode": plan.mode, "device": device, "backend": chosen, "date": time.strftime("%Y-%m-%d %H:%M"),
-            "device_name": next((v.get("device_name") for v in verdicts if v.get("device_name")), ""),
+            "device_name": next((v.device_name for v in verdicts if v.device_name), ""),
             "out_dir": str(out_dir)}
     return write_outputs(out_dir, records, meta)
 

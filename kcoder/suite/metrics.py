@@ -11,23 +11,34 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kcoder.verdict import Verdict
+
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 COMPILE_MARGIN = 1.05
 
 
+def verdict_of(record: dict[str, Any]) -> Verdict | None:
+    """A record's verdict as a Verdict (records travel and are kept as JSON); None when the
+    task ended before one (a missing solution, a scheduler failure). A field this kcoder does
+    not know raises: a renamed field fails loudly instead of reading as missing."""
+    data = record.get("verdict")
+    return Verdict.from_dict(data, strict=True) if data else None
+
+
 def row(record: dict[str, Any]) -> dict[str, Any]:
     """One problem's row of the tables: its status and figures (None where unknown)."""
-    v = record.get("verdict") or {}
+    found = verdict_of(record)
+    v = found or Verdict()  # no verdict: nothing compiled, nothing correct, no figures
     return {
         "name": record["name"], "status": record.get("status", "error"),
-        "compiled": bool(v.get("compiled")), "correct": bool(v.get("correct")), "reward": v.get("reward"),
-        "eager_us": v.get("eager_us"), "compile_us": v.get("compile_us"), "candidate_us": v.get("candidate_us"),
-        "speedup_vs_eager": v.get("speedup_vs_eager"), "speedup_vs_compile": v.get("speedup_vs_compile"),
-        "sol_us": v.get("sol_us") or (record.get("reference") or {}).get("sol_us"),
-        "candidate_sol_fraction": v.get("candidate_sol_fraction"),
-        "compile_sol_fraction": v.get("compile_sol_fraction"),
+        "compiled": v.compiled, "correct": v.correct, "reward": found.reward if found else None,
+        "eager_us": v.eager_us, "compile_us": v.compile_us, "candidate_us": v.candidate_us,
+        "speedup_vs_eager": v.speedup_vs_eager, "speedup_vs_compile": v.speedup_vs_compile,
+        "sol_us": v.sol_us or (record.get("reference") or {}).get("sol_us"),
+        "candidate_sol_fraction": v.candidate_sol_fraction,
+        "compile_sol_fraction": v.compile_sol_fraction,
         "seconds": record.get("seconds"), "cost": record.get("cost") or 0.0, "slot": record.get("slot", ""),
-        "reason": (record.get("reason") or v.get("reason") or "")[:200],
+        "reason": (record.get("reason") or v.reason or "")[:200],
     }
 
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from kcoder.suite.metrics import verdict_of
+
 
 def result_line(record: dict[str, Any]) -> str:
     """One finished problem: "✓ softmax_rows: accepted, 1.80x vs eager, 1.43x vs compile (cuda:0, 31.2 s)"."""
-    v = record.get("verdict") or {}
-    mark = "✓" if v.get("correct") else "✗"
-    parts = [f"{mark} {record['name']}: {record.get('status', '?')}"]
-    if v.get("speedup_vs_eager") is not None:
-        parts.append(f"{v['speedup_vs_eager']:.2f}x vs eager")
-    if v.get("speedup_vs_compile") is not None:
-        parts.append(f"{v['speedup_vs_compile']:.2f}x vs compile")
-    if v.get("candidate_sol_fraction") is not None:
-        parts.append(f"{100 * v['candidate_sol_fraction']:.0f}% of SOL")
-    if not v.get("correct") and record.get("reason"):
+    v = verdict_of(record)
+    correct = v is not None and v.correct
+    parts = [f"{'✓' if correct else '✗'} {record['name']}: {record.get('status', '?')}"]
+    if v is not None and v.speedup_vs_eager is not None:
+        parts.append(f"{v.speedup_vs_eager:.2f}x vs eager")
+    if v is not None and v.speedup_vs_compile is not None:
+        parts.append(f"{v.speedup_vs_compile:.2f}x vs compile")
+    if v is not None and v.candidate_sol_fraction is not None:
+        parts.append(f"{100 * v.candidate_sol_fraction:.0f}% of SOL")
+    if not correct and record.get("reason"):
         parts.append(str(record["reason"])[:100])
     return ", ".join(parts) + f" ({record.get('slot', '?')}, {record.get('seconds') or 0:.1f} s)"
 

@@ -44,7 +44,7 @@ def exit_code(result: TuneResult) -> int:
     """0: a valid best whose plain check (when run) passed; 1 otherwise."""
     if result.best is None:
         return 1
-    return 0 if result.final is None or result.final.get("correct") else 1
+    return 0 if result.final is None or result.final.correct else 1
 
 
 class Progress:

@@ -89,7 +89,8 @@ class TuneResult:
     best: PointResult | None = None
     hand_picked: PointResult | None = None
     best_source: str | None = None
-    final: dict[str, Any] | None = None  # the plain-build check of the best point
+    final: Verdict | None = None  # the plain-build check of the best point
+    final_cached: bool = False  # that check's verdict came from the cache
     identity: dict[str, str] = field(default_factory=dict)
     stopped: str = ""
     seconds: float = 0.0
@@ -306,31 +307,29 @@ def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts
     if result.best is not None:
         result.best_source = space.rewrite(result.best.config)
         if topts.plain_check:
-            result.final = final_check(search, result.best_source)
+            result.final, result.final_cached = final_check(search, result.best_source)
     result.seconds = round(time.monotonic() - search.started, 1)
     return result
 
 
-def final_check(search: Search, source: str) -> dict[str, Any]:
+def final_check(search: Search, source: str) -> tuple[Verdict, bool]:
     """The best point verified and timed once more, built exactly as plain load_inline builds
-    it (and against torch.compile when asked): what the tuned file is, judged alone."""
+    it (and against torch.compile when asked): what the tuned file is, judged alone. Returns
+    the verdict and whether it came from the cache (where it is kept as JSON)."""
     key = config_key(load_space_text(source, search.space).current)
     cached = search.cache.final(key) if search.cache else None
     if cached is not None:
-        return {**cached, "cached": True}
+        return Verdict.from_dict(cached), True
     path = search.work_dir / "best_check.py"
     path.write_text(source)
     search.listen("final", {})
     opts = replace(search.options, stop_after="timing", fast_build=False,
                    compile_baseline=search.topts.compare_compile)
     v = search.evaluate(search.problem, path, opts)
-    record = {"correct": v.correct, "status": v.status, "reason": v.reason, "reward": v.reward,
-              "candidate_us": v.candidate_us, "eager_us": v.eager_us, "compile_us": v.compile_us,
-              "speedup_vs_eager": v.speedup_vs_eager, "speedup_vs_compile": v.speedup_vs_compile,
-              "speedup_vs_compile_ci": v.speedup_vs_compile_ci, "plain_build": "verified" if v.correct else v.reason}
+    v.plain_build = "verified" if v.correct else v.reason
     if search.cache and v.status != "error":
-        search.cache.store_final(key, record)
-    return record
+        search.cache.store_final(key, v.to_dict())
+    return v, False
 
 
 def load_space_text(source: str, like: Space) -> Space:

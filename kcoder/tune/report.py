@@ -46,13 +46,13 @@ def summary_lines(result: TuneResult) -> list[str]:
     lines += result.notes
     final = result.final
     if final:
-        vs = final.get("speedup_vs_compile")
+        vs = final.speedup_vs_compile
         lines.append("best file, built as plain load_inline builds it: "
-                     + (f"verified, {_us(final.get('candidate_us'))} us, vs eager "
-                        f"{final.get('speedup_vs_eager') or 0:.2f}x"
-                        + (f", vs torch.compile {vs:.2f}x" if vs else "") if final.get("correct")
-                        else f"FAILED: {final.get('reason')}")
-                     + (" (cached)" if final.get("cached") else ""))
+                     + (f"verified, {_us(final.candidate_us)} us, vs eager "
+                        f"{final.speedup_vs_eager or 0:.2f}x"
+                        + (f", vs torch.compile {vs:.2f}x" if vs else "") if final.correct
+                        else f"FAILED: {final.reason}")
+                     + (" (cached)" if result.final_cached else ""))
     return lines
 
 
@@ -88,7 +88,8 @@ def to_json(result: TuneResult, importance: dict[str, float] | None = None) -> d
             "seconds": result.seconds, "evaluated": result.evaluated, "identity": result.identity,
             "best": result.best.to_dict() if result.best else None,
             "hand_picked": result.hand_picked.to_dict() if result.hand_picked else None,
-            "speedup_over_hand_picked": result.speedup_over_hand_picked, "final": result.final,
+            "speedup_over_hand_picked": result.speedup_over_hand_picked,
+            "final": {**result.final.to_dict(), "cached": result.final_cached} if result.final else None,
             "importance": importance or {}, "points": [p.to_dict() for p in result.points]}
 
 

@@ -11,6 +11,8 @@
 # suite: kcoder suite on the GPU(s) (see suite() below).
 # kb:    the built-in policy's candidates on KernelBench problems (see kb() below).
 # envs:  kcoder synth --n 50 and one kcoder rollout batch on the GPU, timed (issue 31; see envs() below).
+# judge: issue 27: every example's CUDA solution evaluated in full (a table: no integrity rejection),
+#        the outer clock's GPU tests, the CUDA red team, then the policy's candidates (see judge()).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -242,6 +244,48 @@ for e in eps:
     print(f"| rollout {e['name']} | {e.get('status')}, reward {e.get('reward')}, {e.get('turns')} turns, "
           f"{e.get('seconds')} s |")
 PY
+}
+
+# judge: issue 27's outer clock on the GPU. JUDGE_PARTS picks the steps (default: all); the policy
+#        step (test_policy_cuda.py: the built-in policy's candidate for every example and family
+#        problem, timed in full) gets what its timeout (JUDGE_POLICY_S) allows.
+judge() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  parts="${JUDGE_PARTS:-examples clock redteam policy}"
+  has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+  python3 - <<'PY'
+import sys; sys.path.insert(0, "tests")
+from sources import cuda_candidate_source
+open("/tmp/cuda_testlib_candidate.py", "w").write(cuda_candidate_source("return _ext.scale_add_relu(x, y, self.scale)"))
+PY
+  python3 -m kcoder eval tests/problems/scale_add.py /tmp/cuda_testlib_candidate.py --device cuda --stop-after build \
+    --json > /dev/null 2>&1 &
+  prebuild_examples
+  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
+  if has examples; then
+    for d in examples/*/; do
+      name=$(basename "$d")
+      timeout 120 python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --allow gemm,conv --json \
+        > "$out/judge_eval_$name.json" 2> "$out/judge_eval_$name.err"
+      python3 - "$out/judge_eval_$name.json" "$name" <<'PY'
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+except ValueError:
+    print(f"JUDGE {sys.argv[2]:20} no verdict (see judge_eval_{sys.argv[2]}.err)"); raise SystemExit
+clock = next((n for n in v["notes"] if n.startswith("judge's clock:")), "")
+print(f"JUDGE {sys.argv[2]:20} {v['status']:9} reward {v['reward']:2} {v['reason'][:150]}")
+print(f"      {clock[:230]}")
+PY
+    done
+  fi
+  tests=""
+  has clock && tests="$tests tests/gpu/test_outer_clock_gpu.py"
+  has redteam && tests="$tests tests/gpu/test_cuda_redteam.py tests/gpu/test_cuda.py::test_hidden_stream_work_rejected"
+  [ -n "$tests" ] && timeout "${JUDGE_TESTS_S:-300}" python3 -m pytest -m gpu -q -s $tests 2>&1 \
+    | tee "$out/judge_tests.log" | grep -E "OUTER CLOCK|SABOTAGE|passed|failed|Error|^E " | cut -c1-400
+  has policy && timeout "${JUDGE_POLICY_S:-200}" python3 -m pytest -m gpu -q -s tests/gpu/test_policy_cuda.py \
+    -k verified_and_timed 2>&1 | tee "$out/judge_policy.log" | grep -E "POLICY|passed|failed|^E " | cut -c1-300
 }
 
 profile_tests() {

@@ -107,7 +107,7 @@ def test_cache_short_circuits_a_second_run(candidate, tmp_path):
     first, _ = run(candidate, tmp_path, strategy="tpe", trials=10)
     second, judge = run(candidate, tmp_path, strategy="tpe", trials=10)
     assert judge.calls == []  # nothing judged again, not even the final check
-    assert second.best.config == first.best.config and second.final["cached"]
+    assert second.best.config == first.best.config and second.final_cached and second.final.correct
     assert all(p.cached for p in second.points if p.status != "constraint")
     # narrowing the space keeps the kernel's key: measured points are reused
     candidate.write_text(CANDIDATE.replace("[32, 64, 128, 256, 512, 1024]", "[128, 256]"))
