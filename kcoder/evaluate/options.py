@@ -8,7 +8,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 ALLOWABLE = ("gemm", "conv")
+# Set by `kcoder mcp` for the `kcoder optimize` runs it starts: the problem came from an MCP client.
+CONFINE_PROBLEM_ENV = "KCODER_CONFINE_PROBLEM"
 PRECISIONS = ("strict", "relaxed")
+
+
+def confined_problem() -> bool:
+    """Whether this process works for an MCP client's problem (see CONFINE_PROBLEM_ENV)."""
+    return os.environ.get(CONFINE_PROBLEM_ENV) == "1"
 
 
 @dataclass
@@ -55,7 +62,7 @@ class EvalOptions:
     audit_every: int = 4
     # The problem file came from someone other than kcoder's user (an MCP client): the reference
     # process runs it in a box of its own, like the candidate (evaluate/spawn.py).
-    confine_problem: bool = False
+    confine_problem: bool = field(default_factory=confined_problem)
     # compile-only on cuda, where the GPU stays hidden: the arch to compile for ("9.0"), so the
     # timed evaluation finds the build in the cache ("": TORCH_CUDA_ARCH_LIST or torch's default).
     build_arch: str = ""

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kcoder.devicelock import DeviceTurn
+from kcoder.devicelock import DeviceTurn, trace_event
 from kcoder.evaluate.channel import ChannelError, Limits, Peer
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
@@ -88,6 +88,7 @@ class Children:
 
     def start_reference(self) -> Peer:
         self.turn.claim()  # its forward passes and baselines run on the device
+        trace_event("start", process="reference", what=self.turn.what, held=self.turn.held)
         if self.options.confine_problem:
             self.ref_proc = self._start_confined_reference()
         else:
@@ -117,6 +118,7 @@ class Children:
         shutil.copyfile(self.problem, self.problem_copy)
         shutil.copyfile(self.candidate, self.candidate_copy)
         job = self._job("candidate", self.problem_copy, self.candidate_copy)
+        trace_event("start", process="candidate", what=self.turn.what, held=self.turn.held)
         # bwrap's PID namespace ends every process the candidate starts; without it, a subreaper
         argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
                                      self.options.device, self.sandbox, [self.problem_copy, self.candidate_copy, job],

@@ -146,3 +146,46 @@ def test_a_users_own_eval_keeps_the_reference_unconfined(spy):
     assert verdict.compiled, verdict.reason
     home = Path(os.environ["HOME"])
     assert list(home.glob("kcoder-marker-*")), "the user's own reference process sees the user's HOME"
+
+
+def test_optimize_for_an_mcp_client_confines_the_problem(spy, monkeypatch):
+    """`kcoder mcp` starts optimize runs with KCODER_CONFINE_PROBLEM=1: their evaluations'
+    reference processes and the built-in policy's graph capture run the problem confined."""
+    from kcoder.evaluate.options import CONFINE_PROBLEM_ENV, EvalOptions
+    from kcoder.policy.capture import capture_graph
+
+    source, lines, tmp_path = spy
+    problem, _candidate = _files(tmp_path, source, "problem")
+    assert not EvalOptions().confine_problem
+    monkeypatch.setenv(CONFINE_PROBLEM_ENV, "1")
+    assert EvalOptions().confine_problem
+    graph = capture_graph(problem, tmp_path / "capture")
+    assert graph and len(lines()) == 1
+
+
+FAKE_NVCC = """#!/bin/sh
+touch "$HOME/kcoder-marker-{nonce}"
+echo "nvcc|${{OPENAI_API_KEY:-None}}|$HOME" >> "$KCODER_CACHE/seen-{nonce}.txt"
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ptxas_report_runs_the_build_files_command_confined(spy, mode, monkeypatch):
+    """The resource report re-runs the nvcc line of a build.ninja in the build cache, which a
+    candidate's process can write: that command runs confined too."""
+    from kcoder.evaluate import sandbox
+    from kcoder.profile.ptxas import compile_report
+
+    source, lines, _tmp_path = spy
+    nonce = source.split("kcoder-marker-")[1].split('"')[0]
+    build = Path(os.environ["KCODER_CACHE"]) / f"fake-build-{nonce}"  # where a candidate can write
+    build.mkdir()
+    nvcc = build / "nvcc.sh"
+    nvcc.write_text(FAKE_NVCC.format(nonce=nonce))
+    nvcc.chmod(0o755)
+    (build / "cuda.cu").write_text(f"// {nonce}\n")
+    (build / "build.ninja").write_text(f"nvcc = {nvcc}\ncuda_cflags = -O2\n"
+                                       f"build cuda.cuda.o: cuda_compile {build / 'cuda.cu'}\n")
+    monkeypatch.setattr(sandbox, "resolve_mode", lambda _mode: (mode, None))
+    compile_report(build, 60.0)
+    assert [name for name, _, _ in lines()] == ["nvcc"]
