@@ -81,8 +81,8 @@ class Judge:
     def _stages(self) -> None:
         v, opts = self.verdict, self.options
         compile_only = opts.stop_after == "compile"  # host work only: no reference process, no ModelNew
-        self.ref = None if compile_only else self.children.start_reference()
-        self.cand = self.children.start_candidate()  # it builds while the reference loads the problem
+        self.cand = self.children.start_candidate()  # it builds while the judge waits for the device
+        self.ref = None if compile_only else self.children.start_reference()  # and the problem loads
         info = {} if compile_only else self.ask_reference(None, "problem")
         v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
         v.notes.extend(info.get("notes", []))

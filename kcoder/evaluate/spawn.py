@@ -7,9 +7,12 @@ box of its own as the candidate does. The candidate's process runs in its privat
 available, a host-memory watchdog, and every process it started killed when it ends.
 
 Both processes run work on the device, so the evaluation holds the device's lock
-(devicelock.py) from the first start of either until `close`. A compile-only evaluation
-(`stop_after="compile"`, tune's build-ahead) starts no reference process, and on cuda its
-candidate process sees no GPU: it compiles (host work) without the lock.
+(devicelock.py) until `close`: on cuda from the reference process's start (the candidate's
+process, started first, compiles meanwhile: host work; ModelNew is built on the device only
+after the judge's "init", which comes later), on cpu from the candidate's start (compiling
+shares the cores being timed). A compile-only evaluation (`stop_after="compile"`, tune's
+build-ahead) starts no reference process, and on cuda its candidate process sees no GPU (no
+device nodes under bwrap): it compiles without the lock.
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ class Children:
     def start_candidate(self) -> Peer:
         assert self.candidate is not None, "a reference-only evaluation starts no candidate"
         self.stop_candidate()
-        if self.options.stop_after != "compile" or self.options.device == "cpu":
-            self.turn.claim()  # it builds ModelNew on the device (on cpu, compiling shares the cores)
+        if self.options.device == "cpu":
+            self.turn.claim()  # compiling shares the cores that are the device (cuda: start_reference)
         # Fresh copies for every start: an earlier process of the candidate's may have
         # rewritten them (inside bwrap they are read-only as well).
         shutil.copyfile(self.problem, self.problem_copy)
@@ -120,9 +123,10 @@ class Children:
         job = self._job("candidate", self.problem_copy, self.candidate_copy)
         trace_event("start", process="candidate", what=self.turn.what, held=self.turn.held)
         # bwrap's PID namespace ends every process the candidate starts; without it, a subreaper
+        compile_only = self.options.stop_after == "compile"  # no GPU device nodes in its sandbox either
         argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
-                                     self.options.device, self.sandbox, [self.problem_copy, self.candidate_copy, job],
-                                     **self._compile_only_env())
+                                     "cpu" if compile_only else self.options.device, self.sandbox,
+                                     [self.problem_copy, self.candidate_copy, job], **self._compile_only_env())
         self.cand_proc = self._popen(argv, env, "candidate", self.box.root)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,

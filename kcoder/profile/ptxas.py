@@ -227,14 +227,14 @@ def _first_error(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _run_confined(cmd: list[str], timeout_s: float, tmp: Path) -> RunResult:
+def _run_confined(cmd: list[str], timeout_s: float, tmp: Path, build_dir: Path) -> RunResult:
     """The recompile runs a command line read from build.ninja, a file in the build cache that a
     candidate's process may write (nvcc's path, -ccbin): so it runs in a sandbox (scrubbed
     environment, bwrap when usable), never with kcoder's own environment."""
     from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
 
     box = Box.create(tmp)
-    argv, env = confined_command(cmd, box, "cpu", resolve_mode("auto")[0], writable=[tmp])
+    argv, env = confined_command(cmd, box, "cpu", resolve_mode("auto")[0], [build_dir], writable=[tmp])
     try:
         return run(argv, timeout_s, tmp, env, tail_bytes=None)
     finally:
@@ -265,7 +265,7 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
                 return report
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged cache entry is rebuilt
-        res = _run_confined(cmd, timeout_s, Path(tmp))
+        res = _run_confined(cmd, timeout_s, Path(tmp), build_dir)
         rc, out = res.rc, res.output
     report.seconds = round(time.monotonic() - started, 1)
     if rc is None:

@@ -49,7 +49,7 @@ def _build_dirs(problem: Path, candidate: Path, arch: str, sandbox: str) -> list
     from kcoder.profile.targetbox import TargetBox
 
     with tempfile.TemporaryDirectory(prefix="kcoder-tune-res-") as tmp:
-        box = TargetBox.create(Path(tmp), problem, candidate, sandbox)
+        box = TargetBox.create(Path(tmp), problem, candidate, sandbox, device="cpu")  # no GPU device nodes
         job = box.write_job({"arch_list": arch_list(arch) or "9.0", "calibrate": False})
         out = box.root / "prepare.json"
         box.run(target_command("prepare", job, out), PREPARE_TIMEOUT_S, LC_ALL="C", CUDA_VISIBLE_DEVICES="")
