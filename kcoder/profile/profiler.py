@@ -33,7 +33,7 @@ from kcoder.profile.ncu_run import find_ncu, run_ncu
 from kcoder.profile.options import ProfileOptions
 from kcoder.profile.ptxas import CompilerReport, KernelResources, compiler_reports, function_base
 from kcoder.profile.roofline import DeviceLimits, RooflinePoint, roofline
-from kcoder.profile.targetbox import TargetBox
+from kcoder.profile.targetbox import TargetBox, build_dirs
 
 
 @dataclass
@@ -146,7 +146,7 @@ def profile_candidate(problem_path: str | Path, candidate_path: str | Path,
         report.seconds["prepare"] = res.seconds
         report.notes += prep.get("notes", [])
         report.device_name = prep.get("device_name", "")
-        builds = [Path(b["dir"]) for b in prep.get("builds", []) if b.get("cuda") and b.get("dir")]
+        builds = build_dirs(prep)
         cpu_torch = "torch_version" in prep and not prep.get("torch_cuda")
         with ThreadPoolExecutor(max_workers=1) as pool:
             # ptxas recompiles while ncu runs: both take tens of seconds, neither needs the other

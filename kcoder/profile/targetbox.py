@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
+from kcoder.paths import cache_root
 from kcoder.procs import RunResult, run
+
+
+def build_dirs(prep: dict[str, Any], ok_only: bool = False) -> list[Path]:
+    """The CUDA build directories a prepare step reported, kept only inside kcoder's build
+    cache: the report is the target's writing, and the ptxas step reads what it names."""
+    cache = (cache_root() / "build").resolve()
+    dirs = [Path(str(b["dir"])).resolve() for b in prep.get("builds", [])
+            if isinstance(b, dict) and b.get("cuda") and b.get("dir") and (b.get("ok") or not ok_only)]
+    return [d for d in dirs if d.is_relative_to(cache)]
 
 
 @dataclass

@@ -46,7 +46,7 @@ def point_resources(problem: Path, candidate: Path, arch: str, sandbox: str = "a
 
 def _build_dirs(problem: Path, candidate: Path, arch: str, sandbox: str) -> list[Path]:
     from kcoder.profile.profiler import target_command
-    from kcoder.profile.targetbox import TargetBox
+    from kcoder.profile.targetbox import TargetBox, build_dirs
 
     with tempfile.TemporaryDirectory(prefix="kcoder-tune-res-") as tmp:
         box = TargetBox.create(Path(tmp), problem, candidate, sandbox, device="cpu")  # no GPU device nodes
@@ -56,4 +56,4 @@ def _build_dirs(problem: Path, candidate: Path, arch: str, sandbox: str) -> list
         if not out.exists():
             return []
         prep = json.loads(out.read_text())
-    return [Path(b["dir"]) for b in prep.get("builds", []) if b.get("cuda") and b.get("dir") and b.get("ok")]
+    return build_dirs(prep, ok_only=True)

@@ -189,3 +189,16 @@ def test_ptxas_report_runs_the_build_files_command_confined(spy, mode, monkeypat
     monkeypatch.setattr(sandbox, "resolve_mode", lambda _mode: (mode, None))
     compile_report(build, 60.0)
     assert [name for name, _, _ in lines()] == ["nvcc"]
+
+
+def test_build_dirs_a_target_reports_stay_inside_the_build_cache(tmp_path):
+    """The prepare step's report is the target's writing; the ptxas step reads (and binds into
+    its sandbox) the folders it names, so only folders in kcoder's build cache pass."""
+    from kcoder.paths import cache_root
+    from kcoder.profile.targetbox import build_dirs
+
+    inside = cache_root() / "build" / "ext-0123"
+    prep = {"builds": [{"cuda": True, "dir": str(Path.home() / ".ssh"), "ok": True},
+                       {"cuda": True, "dir": str(cache_root() / "build" / ".." / ".." / "elsewhere"), "ok": True},
+                       {"cuda": True, "dir": str(inside), "ok": False}, "not a dict"]}
+    assert build_dirs(prep) == [inside.resolve()] and build_dirs(prep, ok_only=True) == []
