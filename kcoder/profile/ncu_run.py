@@ -118,7 +118,8 @@ def run_ncu(ncu: str, target: list[str], tmp: Path, options: ProfileOptions, cwd
     env = env_for_targets()
     rep_base = tmp / "profile"
     cmd = ncu_profile_command(ncu, rep_base, target, options.full)
-    full, run_env = confine(cmd, LC_ALL="C") if confine is not None else (cmd, env)
+    install = (Path(ncu).resolve().parent,)  # visible in the sandbox wherever ncu is installed
+    full, run_env = confine(cmd, install, LC_ALL="C") if confine is not None else (cmd, env)
     res = run(full, options.ncu_timeout_s, cwd, run_env)
     outcome = NcuOutcome(ok=False, seconds=res.seconds, command=cmd)
     rep = rep_base.with_suffix(".ncu-rep")

@@ -65,10 +65,11 @@ class TargetBox:
         job.write_text(json.dumps({**data, "problem": str(self.problem), "candidate": str(self.candidate)}))
         return job
 
-    def command(self, argv: list[str], **env: str) -> tuple[list[str], dict[str, str]]:
-        """`argv` and its environment as they run in the box (the job and copies read-only)."""
-        read_only = [self.problem, self.candidate] + ([self.root / "job.json"] if (self.root / "job.json").exists()
-                                                      else [])
+    def command(self, argv: list[str], visible: tuple[Path, ...] = (), **env: str) -> tuple[list[str], dict[str, str]]:
+        """`argv` and its environment as they run in the box: the job and copies read-only, and
+        `visible` folders too (ncu's own, should it live in a folder bwrap hides: HOME, /tmp)."""
+        job = [self.root / "job.json"] if (self.root / "job.json").exists() else []
+        read_only = [self.problem, self.candidate, *job, *(p for p in visible if p.exists())]
         return confined_command(argv, self.box, self.device, self.mode, read_only, **env)
 
     def run(self, argv: list[str], timeout_s: float, **env: str) -> RunResult:
