@@ -270,6 +270,7 @@ def profile_command(
     save_ncu: str | None = typer.Option(None, help="Keep ncu's output as PREFIX.ncu-rep, PREFIX_raw.csv, "
                                         "PREFIX_details.csv."),
     as_json: JsonOpt = False,
+    sandbox: SandboxOpt = "auto",
     # Kernel profiling is cuda only, so the option is not offered; it stays accepted so that
     # `--device cpu` gets an error that says what to do instead.
     device: str = typer.Option("cuda", hidden=True),
@@ -281,7 +282,7 @@ def profile_command(
     from kcoder.profile.profiler import profile_candidate
 
     options = ProfileOptions(device=device, full=full, precision=precision, ncu=ncu, ncu_timeout_s=ncu_timeout,
-                             save_prefix=save_ncu)
+                             save_prefix=save_ncu, sandbox=sandbox)
     try:
         report = profile_candidate(problem, candidate, options)
     except (ProblemError, ValueError) as exc:

@@ -34,7 +34,8 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     from kcoder.profile.options import ProfileOptions
     from kcoder.profile.render import summary_text
 
-    options = ProfileOptions(device="cuda", full=bool(args.get("full")), precision=ctx.options.precision)
+    options = ProfileOptions(device="cuda", full=bool(args.get("full")), precision=ctx.options.precision,
+                             sandbox=ctx.options.sandbox)
     try:
         report = ctx.profiler()(ctx.workspace.reference, target, options)
     except (ProblemError, ValueError) as exc:

@@ -142,7 +142,7 @@ class Commands:
         full = "--full" in words
         try:
             report = s.profile_kernels(s.ws.reference, path, ProfileOptions(
-                device="cuda", full=full, precision=s.options.precision))
+                device="cuda", full=full, precision=s.options.precision, sandbox=s.options.sandbox))
         except (ProblemError, ValueError) as exc:
             raise ChatError(str(exc)) from exc
         self.io.end_stream()

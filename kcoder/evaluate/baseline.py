@@ -17,6 +17,7 @@ from typing import Any
 
 from kcoder.evaluate.channel import ChannelError
 from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.sandbox import resolve_mode
 from kcoder.evaluate.sol import sol_fraction
 from kcoder.evaluate.spawn import Children
 from kcoder.problem import ProblemError, load_problem
@@ -64,7 +65,9 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
     started = time.perf_counter()
     rng = secrets.SystemRandom()
     with tempfile.TemporaryDirectory(prefix="kcoder-baseline-") as work:
-        children = Children(problem.path, None, options, Path(work), "none")
+        # the sandbox mode only matters for a confined problem (the reference runs no candidate)
+        mode = resolve_mode(options.sandbox)[0] if options.confine_problem else "none"
+        children = Children(problem.path, None, options, Path(work), mode)
         try:
             ref = children.start_reference()
             info = _ask(ref, options.problem_timeout_s, problem.path, None)

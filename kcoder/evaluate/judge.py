@@ -73,9 +73,10 @@ class Judge:
 
     def _stages(self) -> None:
         v, opts = self.verdict, self.options
-        self.ref = self.children.start_reference()
-        self.cand = self.children.start_candidate()  # it builds while the reference loads the problem
-        info = self.ask_reference(None, "problem")
+        compile_only = opts.stop_after == "compile"  # host work only: no reference process, no ModelNew
+        self.cand = self.children.start_candidate()  # it builds while the judge waits for the device
+        self.ref = None if compile_only else self.children.start_reference()  # and the problem loads
+        info = {} if compile_only else self.ask_reference(None, "problem")
         v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
         v.notes.extend(info.get("notes", []))
         v.reference_peak_mb = _round(info.get("reference_peak_mb"))
@@ -85,7 +86,7 @@ class Judge:
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
         self.children.use_shared_memory(output_mb * 2**20)
         self.finish_start(first=True)
-        if opts.stop_after == "build":
+        if opts.stop_after in ("compile", "build"):
             v.reason = "compiled"
             return
         self.verify_sets()

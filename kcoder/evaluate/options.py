@@ -8,7 +8,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 ALLOWABLE = ("gemm", "conv")
+# Set by `kcoder mcp` for the `kcoder optimize` runs it starts: the problem came from an MCP client.
+CONFINE_PROBLEM_ENV = "KCODER_CONFINE_PROBLEM"
 PRECISIONS = ("strict", "relaxed")
+
+
+def confined_problem() -> bool:
+    """Whether this process works for an MCP client's problem (see CONFINE_PROBLEM_ENV)."""
+    return os.environ.get(CONFINE_PROBLEM_ENV) == "1"
 
 
 @dataclass
@@ -18,15 +25,17 @@ class EvalOptions:
     device: "cpu" or "cuda". allow: library families the candidate may call through torch
     ("gemm" = cuBLAS/mm/addmm/bmm, "conv" = cuDNN convolution). precision: "strict" (fp32 must
     be fp32) or "relaxed" (TF32/bf16 allowed, baselines timed with the same relaxations).
-    stages: stop after "build", "verify" or run "timing" too. fast_build: let kcoder build the
-    candidate's extension faster (precompiled torch header, torch-free CUDA unit; same code,
-    see harness/fastbuild.py); False builds exactly as plain load_inline does.
+    stages: stop after "compile" (host work only: the candidate's module imported, nothing on the
+    device, no reference process; tune's build-ahead), "build", "verify" or run "timing" too.
+    fast_build: let kcoder build the candidate's extension faster (precompiled torch header,
+    torch-free CUDA unit; same code, see harness/fastbuild.py); False builds exactly as plain
+    load_inline does.
     """
 
     device: str = "cpu"
     allow: list[str] = field(default_factory=list)
     precision: str = "strict"
-    stop_after: str = "timing"  # "build" | "verify" | "timing"
+    stop_after: str = "timing"  # "compile" | "build" | "verify" | "timing"
     fast_build: bool = True
     n_input_sets: int = 5
     seed: int = 0
@@ -51,6 +60,12 @@ class EvalOptions:
     # Every audit_every-th timed round is followed by an untimed guarded audit call, and a
     # timed call's output is checked with probability 1/audit_every.
     audit_every: int = 4
+    # The problem file came from someone other than kcoder's user (an MCP client): the reference
+    # process runs it in a box of its own, like the candidate (evaluate/spawn.py).
+    confine_problem: bool = field(default_factory=confined_problem)
+    # compile-only on cuda, where the GPU stays hidden: the arch to compile for ("9.0"), so the
+    # timed evaluation finds the build in the cache ("": TORCH_CUDA_ARCH_LIST or torch's default).
+    build_arch: str = ""
     # Told each stage as it starts ("verifying input set 2 of 5"), for a live status line
     # (evaluate/progress.py). Stays in the judge's process: never part of to_dict().
     on_stage: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
@@ -63,8 +78,8 @@ class EvalOptions:
             raise ValueError(f"--allow accepts {', '.join(ALLOWABLE)}; unknown: {', '.join(bad)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        if self.stop_after not in ("build", "verify", "timing"):
-            raise ValueError(f"stop_after must be build, verify or timing, not {self.stop_after!r}")
+        if self.stop_after not in ("compile", "build", "verify", "timing"):
+            raise ValueError(f"stop_after must be compile, build, verify or timing, not {self.stop_after!r}")
         if self.sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(f"--sandbox must be auto, bwrap or none, not {self.sandbox!r}")
         if self.n_input_sets < 5:

@@ -10,8 +10,10 @@ verdict with the reason, and a failure of kcoder's own steps becomes an evaluati
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
+from kcoder.devicelock import trace_event
 from kcoder.evaluate.judge import Judge
 from kcoder.evaluate.loading import LOG_CHARS, REASON_CHARS
 from kcoder.evaluate.options import EvalOptions
@@ -54,9 +56,19 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
         children = Children(problem.path, candidate_path, options, Path(work), mode)
         try:
             Judge(problem.path, candidate_path, options, verdict, children).run()
+            _trace_timing(verdict, children)
         finally:
-            children.close()
+            children.close()  # gives the device back
     return finish(verdict)
+
+
+def _trace_timing(verdict: Verdict, children: Children) -> None:
+    """For $KCODER_DEVICE_TRACE: when this evaluation timed (timing is its last stage, just
+    ended) and whether it held the device's lock throughout."""
+    seconds = verdict.seconds.get("timing")
+    if seconds is not None:
+        end = time.time()
+        trace_event("timing", start=end - seconds, end=end, held=children.turn.held, what=verdict.candidate)
 
 
 def _candidate_source(path: Path, verdict: Verdict) -> str | None:

@@ -116,9 +116,10 @@ def _runtime_paths() -> list[Path]:
     return [p.resolve() for p in found if p.exists()]
 
 
-def bwrap_argv(box: Box, device: str, read_only: list[Path]) -> list[str]:
+def bwrap_argv(box: Box, device: str, read_only: list[Path], writable: list[Path] | None = None) -> list[str]:
     """The bwrap prefix for a candidate command (see the module docstring); `read_only` are
-    files in the box the candidate may read but never change."""
+    files in the box the candidate may read but never change, `writable` folders outside the
+    box it may change (the reference process writes the weights into the candidate's box)."""
     bwrap = bwrap_usable() or "bwrap"
     home = Path.home().resolve()
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--ro-bind", "/", "/",
@@ -138,11 +139,22 @@ def bwrap_argv(box: Box, device: str, read_only: list[Path]) -> list[str]:
     cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
     writables = [cache.resolve(), box.root.resolve()] + ([box.exchange.resolve()] if box.exchange else [])
-    for writable in writables:
-        argv += ["--bind", str(writable), str(writable)]
+    writables += [p.resolve() for p in writable or []]
+    for folder in writables:
+        argv += ["--bind", str(folder), str(folder)]
     for path in read_only:
         argv += ["--ro-bind", str(path.resolve()), str(path.resolve())]
     return argv + ["--chdir", str(box.root)]
+
+
+def confined_command(argv: list[str], box: Box, device: str, mode: str, read_only: list[Path] | None = None,
+                     writable: list[Path] | None = None, **env: str) -> tuple[list[str], dict[str, str]]:
+    """`argv` (a command that runs code kcoder did not write) and its environment as it runs in
+    `box`: scrubbed environment (plus `env`), and bwrap when `mode` is bwrap, else the subreaper
+    that collects every descendant. The caller ends the marked processes with `kill_all`."""
+    if mode == "bwrap":
+        return bwrap_argv(box, device, read_only or [], writable) + argv, scrubbed_env(box, **env)
+    return [sys.executable, "-m", "kcoder.evaluate.reaper", *argv], scrubbed_env(box, **env)
 
 
 def marked_pids(marker: str) -> list[int]:

@@ -1,9 +1,18 @@
 """Starting and ending an evaluation's two child processes.
 
-The reference process runs the user's problem with kcoder's environment minus credentials.
-The candidate's process runs in its private box (sandbox.py): copies of the candidate and
-problem files, a scrubbed environment, bwrap when available, a host-memory watchdog, and
-every process it started killed when it ends.
+The reference process runs the user's problem with kcoder's environment minus credentials;
+a problem named by someone other than the user (an MCP client: `confine_problem`) runs in a
+box of its own as the candidate does. The candidate's process runs in its private box
+(sandbox.py): copies of the candidate and problem files, a scrubbed environment, bwrap when
+available, a host-memory watchdog, and every process it started killed when it ends.
+
+Both processes run work on the device, so the evaluation holds the device's lock
+(devicelock.py) until `close`: on cuda from the reference process's start (the candidate's
+process, started first, compiles meanwhile: host work; ModelNew is built on the device only
+after the judge's "init", which comes later), on cpu from the candidate's start (compiling
+shares the cores being timed). A compile-only evaluation (`stop_after="compile"`, tune's
+build-ahead) starts no reference process, and on cuda its candidate process sees no GPU (no
+device nodes under bwrap): it compiles without the lock.
 """
 
 from __future__ import annotations
@@ -17,10 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from kcoder.devicelock import DeviceTurn, trace_event
 from kcoder.evaluate.channel import ChannelError, Limits, Peer
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
-from kcoder.evaluate.sandbox import Box, bwrap_argv, kill_all, marked_pids, resident_bytes, scrubbed_env
+from kcoder.evaluate.sandbox import Box, confined_command, kill_all, marked_pids, resident_bytes, scrubbed_env
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
 from kcoder.shutdown import shutting_down
@@ -53,6 +63,8 @@ class Children:
         self.host_limit = options.host_memory_bytes()
         self.watched = 0.0
         self.progress = StageReporter(options.on_stage)
+        self.turn = DeviceTurn(options.device, f"evaluate {options.stop_after}", options.on_stage)
+        self.ref_box: Box | None = None  # the problem's own box (confine_problem)
 
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
@@ -78,16 +90,21 @@ class Children:
             log.close()
 
     def start_reference(self) -> Peer:
-        job = self._job("reference", self.problem, None)
-        env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
-        env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
-                   PYTHONDONTWRITEBYTECODE="1")
-        env.pop("KCODER_EVAL_ID", None)
-        # Under the reaper: if kcoder dies without cleaning up (SIGKILL), its parent-death
-        # signal still ends the reference process and whatever it started (compile workers).
-        argv = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m", "kcoder.evaluate.reference",
-                str(job)]
-        self.ref_proc = self._popen(argv, env, "reference", self.work)
+        self.turn.claim()  # its forward passes and baselines run on the device
+        trace_event("start", process="reference", what=self.turn.what, held=self.turn.held)
+        if self.options.confine_problem:
+            self.ref_proc = self._start_confined_reference()
+        else:
+            job = self._job("reference", self.problem, None)
+            env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
+            env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
+                       PYTHONDONTWRITEBYTECODE="1")
+            env.pop("KCODER_EVAL_ID", None)
+            # Under the reaper: if kcoder dies without cleaning up (SIGKILL), its parent-death
+            # signal still ends the reference process and whatever it started (compile workers).
+            argv = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m",
+                    "kcoder.evaluate.reference", str(job)]
+            self.ref_proc = self._popen(argv, env, "reference", self.work)
         opts = self.options
         limits = Limits({"import": opts.problem_timeout_s, "compile": opts.problem_timeout_s,
                          "init": opts.problem_timeout_s}, opts.problem_timeout_s)
@@ -97,17 +114,20 @@ class Children:
     def start_candidate(self) -> Peer:
         assert self.candidate is not None, "a reference-only evaluation starts no candidate"
         self.stop_candidate()
+        if self.options.device == "cpu":
+            self.turn.claim()  # compiling shares the cores that are the device (cuda: start_reference)
         # Fresh copies for every start: an earlier process of the candidate's may have
         # rewritten them (inside bwrap they are read-only as well).
         shutil.copyfile(self.problem, self.problem_copy)
         shutil.copyfile(self.candidate, self.candidate_copy)
         job = self._job("candidate", self.problem_copy, self.candidate_copy)
-        argv = [sys.executable, "-m", "kcoder.evaluate.worker", str(job)]
-        if self.sandbox == "bwrap":  # its PID namespace ends every process the candidate starts
-            argv = bwrap_argv(self.box, self.options.device, [self.problem_copy, self.candidate_copy, job]) + argv
-        else:  # without one, a subreaper collects and kills them
-            argv = [sys.executable, "-m", "kcoder.evaluate.reaper", *argv]
-        self.cand_proc = self._popen(argv, scrubbed_env(self.box), "candidate", self.box.root)
+        trace_event("start", process="candidate", what=self.turn.what, held=self.turn.held)
+        # bwrap's PID namespace ends every process the candidate starts; without it, a subreaper
+        compile_only = self.options.stop_after == "compile"  # no GPU device nodes in its sandbox either
+        argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
+                                     "cpu" if compile_only else self.options.device, self.sandbox,
+                                     [self.problem_copy, self.candidate_copy, job], **self._compile_only_env())
+        self.cand_proc = self._popen(argv, env, "candidate", self.box.root)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
                          "init": opts.init_timeout_s}, opts.import_timeout_s)
@@ -162,13 +182,43 @@ class Children:
         self.cand_proc = None
 
     def close(self) -> None:
-        self.stop_candidate()
-        if self.ref_proc is not None:
-            _close_pipes(self.ref_proc)
-            kill_group(self.ref_proc)
-            self.ref_proc = None
-        if self.box.exchange is not None:
-            shutil.rmtree(self.box.exchange, ignore_errors=True)
+        try:
+            self.stop_candidate()
+            if self.ref_proc is not None:
+                _close_pipes(self.ref_proc)
+                kill_group(self.ref_proc)
+                self.ref_proc = None
+            if self.ref_box is not None:
+                kill_all(self.ref_box.marker)
+            if self.box.exchange is not None:
+                shutil.rmtree(self.box.exchange, ignore_errors=True)
+        finally:
+            self.turn.release()  # nothing of this evaluation runs on the device any more
+
+    def _compile_only_env(self) -> dict[str, str]:
+        """A compile-only start on cuda: no GPU visible (host work only), and the arch the timed
+        evaluation will compile for, so that its build finds this one in the cache."""
+        if self.options.stop_after != "compile" or self.options.device != "cuda":
+            return {}
+        env = {"CUDA_VISIBLE_DEVICES": ""}
+        if "TORCH_CUDA_ARCH_LIST" not in os.environ and self.options.build_arch:
+            env["TORCH_CUDA_ARCH_LIST"] = self.options.build_arch
+        return env
+
+    def _start_confined_reference(self) -> subprocess.Popen:
+        """The reference process in a box of its own: a problem file kcoder's user did not
+        choose runs with a scrubbed environment (and under bwrap when the candidate is); it may
+        write only its box, the candidate's box (weights, init inputs; outputs to read) and the
+        build cache."""
+        self.ref_box = Box.create(self.work / "reference")
+        self.ref_box.exchange = self.box.exchange
+        copy = self.ref_box.root / self.problem.name
+        shutil.copyfile(self.problem, copy)
+        job = self._job("reference", copy, None)
+        inner = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
+        argv, env = confined_command(inner, self.ref_box, self.options.device, self.sandbox, [copy, job],
+                                     [self.box.root])
+        return self._popen(argv, env, "reference", self.ref_box.root)
 
 
 def _shared_memory_free() -> int:

@@ -56,7 +56,8 @@ class CandidateServer:
         import torch
 
         self.torch = torch
-        if self.device == "cuda":
+        compile_only = self.options.stop_after == "compile"  # no GPU visible: host work only
+        if self.device == "cuda" and not compile_only:
             build.set_arch_for_device()
             torch.cuda.set_per_process_memory_fraction(self.options.gpu_memory_fraction)
         set_precision(torch, self.options.precision)
@@ -73,7 +74,7 @@ class CandidateServer:
         if self.link.receive() is None:
             raise SystemExit(0)
         self.link.phase("init")
-        self.model = self._instantiate(model_cls)
+        self.model = None if compile_only else self._instantiate(model_cls)
         seconds = round(time.perf_counter() - started, 3)
         self.threads = threading.active_count()
         records = [build.describe(r) for r in build.BUILD_RECORDS]

@@ -1,6 +1,10 @@
 """What the MCP tools do, as plain blocking functions (the server runs them in worker threads):
 the same evaluator, profiler, tuner and skills as the CLI, with the server's settings.
 
+The problem file is named by the client, not chosen by kcoder's user: every evaluation runs it
+confined (`confine_problem`: the reference process in a sandbox of its own), and the profiler
+runs it, with the candidate, in its target's box.
+
 Bad input (a problem file that fails, a path outside the allowed folders, a missing file, a bad
 option) raises ProblemError or ValueError, which the server turns into a tool error; a
 candidate that fails is a normal answer whose verdict says why.
@@ -72,7 +76,8 @@ def evaluate_call(state: ServerState, problem: str, ref: CandidateRef, stop_afte
     settings.validate()
     with candidate_file(state, problem_path, ref) as candidate:
         started = time.monotonic()
-        verdict = evaluate(problem_path, candidate, replace(settings.eval_options(), on_stage=notify))
+        verdict = evaluate(problem_path, candidate, replace(settings.eval_options(), on_stage=notify,
+                                                            confine_problem=True))
     label = Path(ref.path).name if ref.path else "source"
     summary, _passed = verdict_line(verdict, label, time.monotonic() - started, settings.stop_after)
     return {"summary": summary, "verdict": verdict.to_dict()}
@@ -88,7 +93,8 @@ def profile_call(state: ServerState, problem: str, ref: CandidateRef, full: bool
     if state.settings.device != "cuda":
         raise ValueError(f"profile needs the cuda target (a CUDA GPU with Nsight Compute); this server runs "
                          f"with --device {state.settings.device}. Use eval for a verdict with timings.")
-    options = ProfileOptions(device="cuda", full=full, precision=state.settings.precision)
+    options = ProfileOptions(device="cuda", full=full, precision=state.settings.precision,
+                             sandbox=state.settings.sandbox)
     with candidate_file(state, problem_path, ref) as candidate:
         report = profile_candidate(problem_path, candidate, options)
     return summary_text(report, full=full)
@@ -126,7 +132,8 @@ def tune_call(state: ServerState, problem: str, ref: CandidateRef, request: Tune
         load_space(candidate)  # a bad declaration fails before a folder is made
         folder = output_dir(problem_path, candidate, settings)
         folder.mkdir(parents=True, exist_ok=True)
-        result = tune(problem_path, candidate, settings.eval_options(), topts, folder, _tune_listener(notify))
+        options = replace(settings.eval_options(), confine_problem=True)
+        result = tune(problem_path, candidate, options, topts, folder, _tune_listener(notify))
         tuned = write_tuned(result, folder, candidate, None)
     write_outputs(result, folder)
     lines = summary_lines(result) + [markdown_table(result, limit=20)]

@@ -9,12 +9,17 @@ third-party `fastmcp`, which adds a large framework on top of the same SDK.
 
 The blocking work (an evaluation takes seconds to minutes) runs in worker threads so the
 server keeps answering; one evaluation-type call (eval, profile, tune) runs at a time, because
-two at once would time each other's load instead of the kernels.
+two at once would time each other's load instead of the kernels. Across processes (an
+`optimize` run, which is a child `kcoder optimize` of its own, or another kcoder) the device's
+lock (devicelock.py) does the same: every step that runs on the device holds it. A problem an
+MCP client names runs confined everywhere (the reference process, the profiler's target, the
+optimize run's graph capture), as a candidate does.
 
 No `from __future__ import annotations` here: the SDK reads the tools' annotations at runtime.
 """
 
 import itertools
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -28,6 +33,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from kcoder.evaluate.options import CONFINE_PROBLEM_ENV
 from kcoder.mcp import actions
 from kcoder.mcp.actions import CandidateRef, ServerState, TuneRequest
 from kcoder.mcp.confine import Confinement
@@ -207,7 +213,9 @@ async def optimize(state: ServerState, problem: str, ctx: Context, max_turns: in
     async def on_line(number: int, line: str) -> None:
         await ctx.report_progress(number, None, line)
 
-    result = await run_job(optimize_argv(problem_path, settings), state.confine.root, on_line)
+    # the client named the problem: the run's reference processes and its graph capture confine it
+    env = {**os.environ, CONFINE_PROBLEM_ENV: "1"}
+    result = await run_job(optimize_argv(problem_path, settings), state.confine.root, on_line, env=env)
     if result.rc == 2:  # bad input or usage, as the CLI's exit code says
         raise ToolError(result.text.strip() or f"kcoder optimize {problem_path}: bad input (exit 2)")
     text = f"kcoder optimize exited {result.rc}\n{result.text}"

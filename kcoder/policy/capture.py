@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kcoder.procs import child_env, run
+from kcoder.evaluate.options import confined_problem
+from kcoder.procs import RunResult, child_env, run
 
 CAPTURE_TIMEOUT_S = 300.0
 
@@ -29,12 +30,40 @@ class CaptureError(Exception):
 
 
 def capture_graph(problem: Path, work: Path, timeout_s: float = CAPTURE_TIMEOUT_S) -> dict[str, Any]:
-    """The problem's graph as JSON data (see `_serialize`), traced in a child process."""
+    """The problem's graph as JSON data (see `_serialize`), traced in a child process (in a
+    sandbox when the problem came from an MCP client: `confined_problem`)."""
     work.mkdir(parents=True, exist_ok=True)
+    if confined_problem():
+        return _capture_confined(problem, timeout_s)
     out = work / "graph.json"
     # resolved: the child runs in `work`, where a relative path would name nothing
     res = run([sys.executable, "-m", "kcoder.policy.capture", str(problem.resolve()), str(out)], timeout_s,
               cwd=work, env=child_env())
+    return _graph(problem, out, res)
+
+
+def _capture_confined(problem: Path, timeout_s: float) -> dict[str, Any]:
+    """The trace from a copy of the problem in a box: scrubbed environment, bwrap when usable."""
+    import shutil
+    import tempfile
+
+    from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
+
+    with tempfile.TemporaryDirectory(prefix="kcoder-capture-") as tmp:
+        box = Box.create(Path(tmp))
+        copy = box.root / problem.name
+        shutil.copyfile(problem, copy)
+        out = box.root / "graph.json"
+        argv, env = confined_command([sys.executable, "-m", "kcoder.policy.capture", str(copy), str(out)], box,
+                                     "cpu", resolve_mode("auto")[0], [copy])
+        try:
+            res = run(argv, timeout_s, cwd=box.root, env=env)
+        finally:
+            kill_all(box.marker)
+        return _graph(problem, out, res)
+
+
+def _graph(problem: Path, out: Path, res: RunResult) -> dict[str, Any]:
     if res.rc != 0 or not out.is_file():
         lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
         why = "timed out" if res.timed_out else (lines[-1] if lines else f"exit code {res.rc}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ NVTX_INCLUDE = "kcoder_candidate/"
 PERMISSION_HELP = ("ncu lacks permission to read GPU performance counters (ERR_NVGPUCTRPERM): run as root, or "
                    "load the driver with NVreg_RestrictProfilingToAdminUsers=0 "
                    "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+Confine = Callable[..., tuple[list[str], dict[str, str]]]  # (argv, **env) -> argv, env in a sandbox
 
 
 def env_for_targets() -> dict[str, str]:
@@ -108,12 +110,17 @@ def _save(prefix: str, rep: Path, pages: dict[str, str]) -> None:
         (base.parent / f"{base.name}_{page}.csv").write_text(text)
 
 
-def run_ncu(ncu: str, target: list[str], tmp: Path, options: ProfileOptions, cwd: Path) -> NcuOutcome:
-    """Profile the target under ncu, import the raw and details pages, parse them."""
+def run_ncu(ncu: str, target: list[str], tmp: Path, options: ProfileOptions, cwd: Path,
+            confine: Confine | None = None) -> NcuOutcome:
+    """Profile the target under ncu, import the raw and details pages, parse them. `confine`
+    gives the profiling command (ncu with its target) as it runs in the target's box; `tmp`
+    must then be a folder the box may write (the report goes there)."""
     env = env_for_targets()
     rep_base = tmp / "profile"
     cmd = ncu_profile_command(ncu, rep_base, target, options.full)
-    res = run(cmd, options.ncu_timeout_s, cwd, env)
+    install = (Path(ncu).resolve().parent,)  # visible in the sandbox wherever ncu is installed
+    full, run_env = confine(cmd, install, LC_ALL="C") if confine is not None else (cmd, env)
+    res = run(full, options.ncu_timeout_s, cwd, run_env)
     outcome = NcuOutcome(ok=False, seconds=res.seconds, command=cmd)
     rep = rep_base.with_suffix(".ncu-rep")
     outcome.message = ncu_failure(res, options.ncu_timeout_s, report_written=rep.exists())

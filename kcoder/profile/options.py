@@ -21,6 +21,7 @@ class ProfileOptions:
     ncu: str | None = None
     calibrate: bool = True
     save_prefix: str | None = None  # keep PREFIX.ncu-rep, PREFIX_raw.csv, PREFIX_details.csv
+    sandbox: str = "auto"  # how the candidate is confined while profiled (evaluate/sandbox.py)
 
     def validate(self) -> None:
         if self.device != "cuda":

@@ -1,6 +1,8 @@
 """`kcoder profile`: Nsight Compute per-kernel metrics, a measured roofline, and ptxas resources.
 
-Flow (each step a subprocess in its own process group with a hard time limit):
+Flow (each step a subprocess in its own process group with a hard time limit; every step that
+runs the candidate runs confined in its box, profile/targetbox.py, and the whole profile holds
+the GPU's lock, devicelock.py):
 1. prepare (profile_target.py): build the candidate with kcoder's build cache, note the GPU,
    run one forward, count the minimum bytes, measure the device's ceilings once (cached);
 2. the compiler report (ptxas.py) starts in the background from the build directories;
@@ -24,12 +26,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcoder.procs import RunResult, run
+from kcoder.devicelock import DeviceTurn
+from kcoder.procs import RunResult
 from kcoder.profile.ncu_parse import KernelMetrics
-from kcoder.profile.ncu_run import env_for_targets, find_ncu, run_ncu
+from kcoder.profile.ncu_run import find_ncu, run_ncu
 from kcoder.profile.options import ProfileOptions
 from kcoder.profile.ptxas import CompilerReport, KernelResources, compiler_reports, function_base
 from kcoder.profile.roofline import DeviceLimits, RooflinePoint, roofline
+from kcoder.profile.targetbox import TargetBox, build_dirs
 
 
 @dataclass
@@ -90,10 +94,10 @@ def target_command(mode: str, job: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "kcoder.profile.target", mode, str(job), str(out)]
 
 
-def _run_target(mode: str, job: Path, tmp: Path, timeout_s: float, cwd: Path) -> tuple[dict[str, Any], RunResult]:
-    """Run a profile_target mode; the dict is its result, or {'error': ...} when it died."""
-    out = tmp / f"{mode}.json"
-    res = run(target_command(mode, job, out), timeout_s, cwd, env_for_targets())
+def _run_target(mode: str, job: Path, box: TargetBox, timeout_s: float) -> tuple[dict[str, Any], RunResult]:
+    """Run a profile_target mode in the box; the dict is its result, or {'error': ...} when it died."""
+    out = box.root / f"{mode}.json"
+    res = box.run(target_command(mode, job, out), timeout_s, LC_ALL="C")
     if out.exists():
         return json.loads(out.read_text()), res
     if res.timed_out:
@@ -133,23 +137,22 @@ def profile_candidate(problem_path: str | Path, candidate_path: str | Path,
     check_candidate_file(candidate)
     report = ProfileReport(problem=str(problem.path), candidate=str(candidate))
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kcoder-profile-") as tmp_name:
-        tmp = Path(tmp_name)
-        job = tmp / "job.json"
-        job.write_text(json.dumps({"problem": str(problem.path.resolve()), "candidate": str(candidate),
-                                   "seed": options.seed, "precision": options.precision,
-                                   "calibrate": options.calibrate}))
-        prep, res = _run_target("prepare", job, tmp, options.prepare_timeout_s, candidate.parent)
+    # the GPU's lock for the whole profile: prepare runs forwards, ncu replays kernels
+    with tempfile.TemporaryDirectory(prefix="kcoder-profile-") as tmp_name, DeviceTurn("cuda", "profile"):
+        box = TargetBox.create(Path(tmp_name), problem.path.resolve(), candidate, options.sandbox)
+        report.notes += [box.note] if box.note else []
+        job = box.write_job({"seed": options.seed, "precision": options.precision, "calibrate": options.calibrate})
+        prep, res = _run_target("prepare", job, box, options.prepare_timeout_s)
         report.seconds["prepare"] = res.seconds
         report.notes += prep.get("notes", [])
         report.device_name = prep.get("device_name", "")
-        builds = [Path(b["dir"]) for b in prep.get("builds", []) if b.get("cuda") and b.get("dir")]
+        builds = build_dirs(prep)
         cpu_torch = "torch_version" in prep and not prep.get("torch_cuda")
         with ThreadPoolExecutor(max_workers=1) as pool:
             # ptxas recompiles while ncu runs: both take tens of seconds, neither needs the other
             compiled = None if cpu_torch else pool.submit(compiler_reports, builds, options.ptxas_timeout_s,
                                                           prep.get("arch"))
-            _profile_steps(report, prep, job, tmp, options, candidate.parent)
+            _profile_steps(report, prep, job, box, options)
             report.compiler = compiled.result() if compiled else CompilerReport(
                 error="torch here is a CPU-only build, so it cannot compile the CUDA sources")
     report.seconds["compiler"] = report.compiler.seconds
@@ -158,8 +161,8 @@ def profile_candidate(problem_path: str | Path, candidate_path: str | Path,
     return report
 
 
-def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, tmp: Path,
-                   options: ProfileOptions, cwd: Path) -> None:
+def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, box: TargetBox,
+                   options: ProfileOptions) -> None:
     if prep.get("gpu") is False:
         report.mode, report.exit_code = "compiler-only", 2
         why = ("torch sees none on this machine" if prep.get("torch_cuda") else
@@ -178,10 +181,11 @@ def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, tmp: 
     if ncu is None:
         message = "ncu (Nsight Compute) not found on PATH, in $CUDA_HOME/bin or via --ncu/$KCODER_NCU"
     else:
-        outcome = run_ncu(ncu, target_command("run", job, tmp / "run.json"), tmp, options, cwd)
+        outcome = run_ncu(ncu, target_command("run", job, box.root / "run.json"), box.root, options, box.root,
+                          confine=box.command)
         report.seconds["ncu"] = round(outcome.seconds, 2)
         report.ncu_command = outcome.command
-        run_result = _read_json(tmp / "run.json")
+        run_result = _read_json(box.root / "run.json")
         report.notes += outcome.notes
         if outcome.ok:
             report.mode, report.kernels = "ncu", outcome.kernels
@@ -192,13 +196,13 @@ def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, tmp: 
                         report.roofline[k.id] = point
                 if k.unusable:
                     report.notes.append(f"kernel #{k.id}: ncu gave n/a or NaN for {', '.join(k.unusable)}")
-            _measure_alongside(report, job, tmp, options, cwd)
+            _measure_alongside(report, job, box, options)
             return
         message = outcome.message or "ncu failed"
         if run_result.get("error"):
             message += f"; the candidate under ncu: {run_result['error']}"
     report.messages.append(f"{message} -> falling back to a torch.profiler kernel timeline")
-    timeline, res = _run_target("timeline", job, tmp, options.timeline_timeout_s, cwd)
+    timeline, res = _run_target("timeline", job, box, options.timeline_timeout_s)
     report.seconds["timeline"] = res.seconds
     if timeline.get("error"):
         report.error, report.error_log = timeline["error"], timeline.get("log", "")
@@ -207,10 +211,10 @@ def _profile_steps(report: ProfileReport, prep: dict[str, Any], job: Path, tmp: 
     report.mode, report.timeline = "timeline", timeline.get("timeline", [])
 
 
-def _measure_alongside(report: ProfileReport, job: Path, tmp: Path, options: ProfileOptions, cwd: Path) -> None:
+def _measure_alongside(report: ProfileReport, job: Path, box: TargetBox, options: ProfileOptions) -> None:
     """ncu's durations come from replays; the same forward's device time measured without the
     profiler (torch.profiler, L2 flushed) shows whether they describe the real run."""
-    timeline, res = _run_target("timeline", job, tmp, options.timeline_timeout_s, cwd)
+    timeline, res = _run_target("timeline", job, box, options.timeline_timeout_s)
     report.seconds["measured"] = res.seconds
     if timeline.get("error"):
         report.notes.append(f"device time without ncu not measured: {timeline['error']}")

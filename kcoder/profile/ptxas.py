@@ -3,7 +3,8 @@
 Available without ncu and without a GPU. The candidate's extension build directory (kcoder's
 content-keyed one) holds `build.ninja` with the exact nvcc flags torch used and `cuda.cu`
 with the candidate's CUDA source; recompiling that one file in a scratch directory with
-`-Xptxas -v` gives ptxas's own per-kernel report. The result is cached by the hash of source
+`-Xptxas -v` gives ptxas's own per-kernel report (in the sandbox: build.ninja is the
+candidate process's writing). The result is cached by the hash of source
 and flags (a rebuild of a torch extension costs tens of seconds). When the recompile fails,
 `cuobjdump --dump-resource-usage` on the built .so is the fallback (no spill counts there,
 but local memory per thread shows spills and stack arrays together).
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from kcoder.build.inline import find_cuda_home
 from kcoder.paths import cache_root
-from kcoder.procs import run
+from kcoder.procs import RunResult, run
 
 
 @dataclass
@@ -226,6 +227,20 @@ def _first_error(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+def _run_confined(cmd: list[str], timeout_s: float, tmp: Path, build_dir: Path) -> RunResult:
+    """The recompile runs a command line read from build.ninja, a file in the build cache that a
+    candidate's process may write (nvcc's path, -ccbin): so it runs in a sandbox (scrubbed
+    environment, bwrap when usable), never with kcoder's own environment."""
+    from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
+
+    box = Box.create(tmp)
+    argv, env = confined_command(cmd, box, "cpu", resolve_mode("auto")[0], [build_dir], writable=[tmp])
+    try:
+        return run(argv, timeout_s, tmp, env, tail_bytes=None)
+    finally:
+        kill_all(box.marker)
+
+
 def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None = None) -> CompilerReport:
     """ptxas -v resources for the CUDA kernels of one extension build directory."""
     import time
@@ -250,7 +265,7 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
                 return report
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged cache entry is rebuilt
-        res = run(cmd, timeout_s, Path(tmp), tail_bytes=None)
+        res = _run_confined(cmd, timeout_s, Path(tmp), build_dir)
         rc, out = res.rc, res.output
     report.seconds = round(time.monotonic() - started, 1)
     if rc is None:

@@ -7,7 +7,9 @@ CPU cores (MAX_JOBS: the node's cores divided among its slots). The pool backend
 thread per slot that takes the next task and runs it as a process of its own
 (`kcoder.suite.task`, under the reaper: killing the suite ends it); the Ray backend
 (ray_backend.py) runs the same processes from one actor per slot, so results are the same
-JSON whichever runs them.
+JSON whichever runs them. A task's evaluations hold their slot's device lock (devicelock.py:
+the GPU its CUDA_VISIBLE_DEVICES names, or the cores it is pinned to), so any other kcoder
+process on that device takes turns with them.
 """
 
 from __future__ import annotations

@@ -7,10 +7,16 @@ and never chosen. Points are built ahead in a thread pool (each build is a child
 the judge, so threads only wait): on cuda the host builds the next points while the GPU times
 the current one; on cpu the builds finish before any timing starts, since they would share
 the cores being timed. The build cache makes the timed evaluation's build a lookup.
+
+A build ahead is host work only: a compile-only evaluation (no reference process; on cuda the
+candidate's process sees no GPU and never constructs ModelNew), and its resource step reads
+ptxas with no GPU either; every step that runs on the device holds the device's lock
+(devicelock.py), so a timed point never overlaps other device work of kcoder's.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -232,12 +238,14 @@ class Search:
 
     def prebuild(self, file: Path) -> tuple[Verdict, dict[str, Any]]:
         """Build a point ahead of its timing (and read its ptxas resources on cuda)."""
-        verdict = self.evaluate(self.problem, file, replace(self.options, stop_after="build"))
+        from kcoder.tune.resources import arch_list, point_resources
+
+        arch = self.identity.get("arch", "")
+        verdict = self.evaluate(self.problem, file, replace(self.options, stop_after="compile",
+                                                            build_arch=arch_list(arch)))
         resources: dict[str, Any] = {}
         if verdict.compiled and self.topts.resources and self.options.device == "cuda":
-            from kcoder.tune.resources import point_resources
-
-            resources = point_resources(self.problem, file, self.identity.get("arch", ""))
+            resources = point_resources(self.problem, file, arch, self.options.sandbox)
         return verdict, resources
 
     def judge_point(self, config: Config, file: Path, fut: Future[Any] | None) -> None:
@@ -254,7 +262,7 @@ class Search:
             if fut is None and verdict.compiled and self.topts.resources and self.options.device == "cuda":
                 from kcoder.tune.resources import point_resources
 
-                resources = point_resources(self.problem, file, self.identity.get("arch", ""))
+                resources = point_resources(self.problem, file, self.identity.get("arch", ""), self.options.sandbox)
         took = round(time.monotonic() - started, 2)
         self.eval_seconds.append(took)
         self.evaluated += 1
@@ -300,10 +308,11 @@ def tune(problem: str | Path, candidate: str | Path, options: EvalOptions, topts
                         search.known.get(config_key(space.current)), identity=search.identity,
                         stopped=search.stopped or "done", evaluated=search.evaluated)
     if result.best is not None and options.device == "cuda" and topts.profile_top > 0:
-        from kcoder.tune.ncu import profile_best
+        from kcoder.tune.ncu import profile_best, run_profiler
 
         search.listen("profile", {"top": topts.profile_top})
-        profile_best(result, work_dir, topts.profile_top, profiler)  # after the search: no timing overlaps
+        profile_best(result, work_dir, topts.profile_top,  # after the search; in the sandbox, like eval
+                     profiler or functools.partial(run_profiler, sandbox=options.sandbox))
     if result.best is not None:
         result.best_source = space.rewrite(result.best.config)
         if topts.plain_check:

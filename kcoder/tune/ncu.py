@@ -23,12 +23,13 @@ DEFAULT_TOP = 3
 Profiler = Callable[[Path, Path], Any]  # (problem, candidate) -> profile.profiler.ProfileReport
 
 
-def run_profiler(problem: Path, candidate: Path) -> Any:
-    """kcoder's profiler with the defaults `kcoder profile` uses (imported on first use)."""
+def run_profiler(problem: Path, candidate: Path, sandbox: str = "auto") -> Any:
+    """kcoder's profiler with the defaults `kcoder profile` uses (imported on first use): the
+    point runs confined in its box, as every profile's target does (profile/targetbox.py)."""
     from kcoder.profile.options import ProfileOptions
     from kcoder.profile.profiler import profile_candidate
 
-    return profile_candidate(problem, candidate, ProfileOptions(calibrate=False))
+    return profile_candidate(problem, candidate, ProfileOptions(calibrate=False, sandbox=sandbox))
 
 
 def summarise(kernels: list[Any]) -> dict[str, Any]:

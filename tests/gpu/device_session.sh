@@ -6,6 +6,7 @@
 # checks: prebuild every CUDA extension in parallel, the CUDA gpu tests,
 #         kcoder profile of every example with its Nsight Compute pages kept as fixtures.
 # bench:  bench/turnaround.py (builds of its own, in fresh caches) and bench/spread.py.
+# lock: issue 27's device lock and sandboxed profiling (see lock() below).
 # profile_tests: tests/gpu/test_profile_gpu.py (~4-5 min on a fresh machine: its builds are cold).
 # tune:   bench/tune.py --device cuda (TUNE_S, TUNE_ARGS).
 # suite: kcoder suite on the GPU(s) (see suite() below).
@@ -286,6 +287,24 @@ PY
     | tee "$out/judge_tests.log" | grep -E "OUTER CLOCK|SABOTAGE|passed|failed|Error|^E " | cut -c1-400
   has policy && timeout "${JUDGE_POLICY_S:-200}" python3 -m pytest -m gpu -q -s tests/gpu/test_policy_cuda.py \
     -k verified_and_timed 2>&1 | tee "$out/judge_policy.log" | grep -E "POLICY|passed|failed|^E " | cut -c1-300
+}
+
+# lock: issue 27 items 2-3 (~6 min): two kcoder evals at once on one GPU, a tune run with its
+#       build-ahead, a profile (ncu inside the sandbox); tests/gpu/lock_check.py prints the table.
+lock() {
+  export KCODER_DEVICE_TRACE="$out/device_trace.jsonl"; rm -f "$KCODER_DEVICE_TRACE"
+  d=examples/softmax_rows
+  for i in 1 2; do
+    timeout 300 python3 -m kcoder eval $d/model.py $d/solution_cuda.py --device cuda --budget 1 --json \
+      > "$out/lock_eval$i.json" 2> "$out/lock_eval$i.log" &
+  done
+  wait
+  timeout 300 python3 -m kcoder tune $d/model.py $d/solution_cuda.py --device cuda --trials 6 --jobs 3 \
+    --no-cache --profile-top 1 --json --out-dir "$out/lock_tune" > "$out/lock_tune.json" 2> "$out/lock_tune.log"
+  echo "tune rc=$? $(grep -o '"status": "[a-z-]*"' "$out/lock_tune.json" | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
+  timeout 200 python3 -m kcoder profile $d/model.py $d/solution_cuda.py --json > "$out/lock_profile.json"
+  for i in 1 2; do grep -o '"status": "[a-z]*"\|"reason": "[^"]*"' "$out/lock_eval$i.json" | head -2 | tr '\n' ' '; echo; done
+  python3 tests/gpu/lock_check.py "$KCODER_DEVICE_TRACE" "$out/lock_profile.json"
 }
 
 profile_tests() {

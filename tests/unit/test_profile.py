@@ -364,7 +364,7 @@ def fake_target(monkeypatch):
     results: dict[str, dict] = {"prepare": dict(PREP_GPU), "timeline": TIMELINE}
     calls: list[str] = []
 
-    def run_target(mode, job, tmp, timeout_s, cwd):
+    def run_target(mode, job, box, timeout_s):
         calls.append(mode)
         return results[mode], RunResult(0, "", False, 0.1)
 
@@ -375,7 +375,36 @@ def fake_target(monkeypatch):
 
 
 def _profile(**options) -> ProfileReport:
+    # the fake ncu lives in pytest's /tmp folder, which bwrap would hide: scrubbed environment only
+    options.setdefault("sandbox", "none")
     return profile_candidate(MSE / "model.py", MSE / "solution_cuda.py", ProfileOptions(**options))
+
+
+@pytest.mark.skipif(not __import__("kcoder.evaluate.sandbox").evaluate.sandbox.bwrap_usable(),
+                    reason="bwrap unusable here")
+def test_ncu_runs_inside_bwrap_from_wherever_it_is_installed(fake_target, tmp_path, monkeypatch):
+    """Under bwrap, /tmp and HOME are private: ncu's own folder (here in pytest's /tmp) is bound
+    in, the secret stays out, and its report comes back through the box."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-kcoder-test-secret-0123456789")
+    seen = Path(os.environ["KCODER_CACHE"]) / f"ncu-seen-{time.time_ns()}.txt"  # writable inside the sandbox
+    ncu = _fake_ncu(tmp_path, f'echo "${{OPENAI_API_KEY:-none}}|$HOME" >> {seen}\n'
+                    + SERVE_PAGES.format(raw=RAW, details=DETAILS))
+    report = _profile(ncu=ncu, sandbox="bwrap")
+    assert report.mode == "ncu", report.messages
+    key, home = seen.read_text().splitlines()[0].split("|")
+    assert key == "none" and home != str(Path.home())
+
+
+def test_ncu_and_its_target_run_confined(fake_target, tmp_path, monkeypatch):
+    """ncu runs the candidate: it starts in the target's box, with the scrubbed environment."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-kcoder-test-secret-0123456789")
+    seen = tmp_path / "seen.txt"
+    ncu = _fake_ncu(tmp_path, f'echo "${{OPENAI_API_KEY:-none}}|$HOME|$(pwd)" >> {seen}\n'
+                    + SERVE_PAGES.format(raw=RAW, details=DETAILS))
+    report = _profile(ncu=ncu)
+    assert report.mode == "ncu"
+    key, home, cwd = seen.read_text().splitlines()[0].split("|")  # the profiling call comes first
+    assert key == "none" and home != str(Path.home()) and Path(home).parent == Path(cwd)
 
 
 def test_ncu_missing_falls_back_to_timeline(fake_target):

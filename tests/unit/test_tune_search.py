@@ -46,7 +46,7 @@ class FakeJudge:
         cfg = load_space(candidate).current
         self.calls.append((cfg, options.stop_after, options.fast_build))
         v = Verdict(problem=str(problem), candidate=str(candidate), device=options.device, compiled=True)
-        if options.stop_after == "build":
+        if options.stop_after == "compile":
             v.reason, v.stage = "compiled", "build"
             return v
         if wrong(cfg):
@@ -127,7 +127,7 @@ def test_points_are_built_ahead_in_parallel(candidate, tmp_path):
         "[1, 2, 4, 8]", "[1, 2]"))
     result, judge = run(candidate, tmp_path, strategy="exhaustive", jobs=3, plain_check=False)
     stages = [stage for _, stage, _ in judge.calls]
-    assert stages[:3] == ["build"] * 3 and stages.count("timing") == 6  # cpu: builds before timing
+    assert stages[:3] == ["compile"] * 3 and stages.count("timing") == 6  # cpu: builds before timing
     assert len(result.points) == 6
 
 
