@@ -15,6 +15,7 @@ import faulthandler
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ class ReferenceServer:
         self.fingerprints: set[str] = set()
         self.compiled: Any = None
         self.flush_bytes = 0
+        self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
 
     def start(self) -> dict[str, Any]:
         notes = build.prepare_environment(self.device)
@@ -45,7 +47,8 @@ class ReferenceServer:
 
         self.torch = torch
         set_precision(torch, self.options.precision)
-        info: dict[str, Any] = {"torch_version": torch.__version__, "notes": notes}
+        self.stamps["torch"] = time.time()
+        info: dict[str, Any] = {"torch_version": torch.__version__, "notes": notes, "stamps": self.stamps}
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise ProblemFault("--device cuda asked for, but torch sees no CUDA GPU here")
@@ -54,7 +57,9 @@ class ReferenceServer:
         else:
             info["device_name"] = cpu_model()
         self._load_problem()
+        self.stamps["loaded"] = time.time()
         info.update(self._first_run())
+        self.stamps["first"] = time.time()
         return info
 
     def _load_problem(self) -> None:
@@ -197,9 +202,10 @@ class ReferenceServer:
             impls["compile"] = self.compiled
         clock = Clock(self.device)
         self.flush_bytes = clock.flush_buffer.nbytes if clock.cuda else 0
-        return {"samples": time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup,
-                                       min_rounds=min_rounds, budget_s=budget_s * len(impls),  # per implementation
-                                       seed=self.options.seed)}
+        spent: dict[str, float] = {}  # wall seconds per implementation, torch.compile's compilation included
+        samples = time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup, min_rounds=min_rounds,
+                              budget_s=budget_s * len(impls), seed=self.options.seed, spent=spent)
+        return {"samples": samples, "seconds": spent}
 
     def _release(self) -> None:
         if self.device == "cuda":

@@ -10,6 +10,7 @@ verdict with the reason, and a failure of kcoder's own steps becomes an evaluati
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 from kcoder.evaluate.judge import Judge
@@ -30,6 +31,7 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
     """Evaluate a candidate file against a problem file. Raises ProblemError for a bad problem
     file (or a missing candidate file) and ValueError for bad options; every failure of the
     candidate is a Verdict."""
+    started = time.perf_counter()
     options = options or EvalOptions()
     options.validate()
     problem = load_problem(problem_path)
@@ -56,6 +58,7 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
             Judge(problem.path, candidate_path, options, verdict, children).run()
         finally:
             children.close()
+    verdict.seconds["total"] = round(time.perf_counter() - started, 3)
     return finish(verdict)
 
 

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kcoder.evaluate.sol import sol_fraction
 from kcoder.evaluate.timing import Timings
 from kcoder.verdict import Verdict, reward_for
+
+
+def record_errors(v: Verdict, stats: dict[str, Any]) -> None:
+    """Keep the largest errors over every checked output (the reference process's statistics)."""
+    for name in ("max_abs_err", "max_rel_err", "rel_norm_err"):
+        value = stats.get(name)
+        if isinstance(value, (int, float)):
+            setattr(v, name, max(getattr(v, name) or 0.0, float(value)))
+    v.tolerance = stats.get("tolerance") or v.tolerance
 
 
 def record_timings(v: Verdict, timings: Timings) -> None:
