@@ -140,6 +140,9 @@ def bwrap_argv(box: Box, device: str, read_only: list[Path]) -> list[str]:
     writables = [cache.resolve(), box.root.resolve()] + ([box.exchange.resolve()] if box.exchange else [])
     for writable in writables:
         argv += ["--bind", str(writable), str(writable)]
+    judged = cache / "baselines"  # the judge's cached baselines (basecache.py): never the candidate's to change
+    judged.mkdir(exist_ok=True)
+    argv += ["--ro-bind", str(judged.resolve()), str(judged.resolve())]
     for path in read_only:
         argv += ["--ro-bind", str(path.resolve()), str(path.resolve())]
     return argv + ["--chdir", str(box.root)]
