@@ -7,8 +7,9 @@ measured (a candidate never runs there). It lives in kcoder's cache dir under `b
 which the bwrap sandbox mounts read-only for the candidate (sandbox.py), so a candidate cannot
 plant slow baselines for its next evaluation; with `--sandbox none` the candidate runs as the
 user and nothing on disk is out of its reach (set KCODER_FRESH_BASELINES=1 to time them
-afresh every time). What a cached figure cannot give is fresh noise: a verdict whose speed-up
-interval still straddles the reward's margin times the baselines again (judge.py).
+afresh every time; such measurements are still kept for later evaluations). What a cached
+figure cannot give is fresh noise: a verdict whose speed-up interval still straddles the
+reward's margin times the baselines again (basetimer.py).
 """
 
 from __future__ import annotations
