@@ -181,13 +181,14 @@ class ReferenceServer:
     def op_sol(self) -> dict[str, Any]:
         """The speed of light of one reference call (evaluate/sol.py); the device's ceilings
         are measured here the first time (asked while no candidate process is alive)."""
-        from kcoder.evaluate.sol import count_work, speed_of_light
+        from kcoder.evaluate.sol import count_work, own_size_rate, speed_of_light
         from kcoder.profile.ceilings import limits_for
 
         try:
             work = count_work(self.torch, self.model, self.inputs(self.options.seed))
             limits, _ = limits_for(self.torch, self.device)
-            return speed_of_light(work, limits, self.options.precision)
+            own = own_size_rate(self.torch, self.device, limits, work["min_bytes"])  # data in L2 is faster
+            return speed_of_light(work, limits, self.options.precision, own)
         except Exception as exc:  # information only: never the evaluation's failure
             return {"sol_error": first_line(exc)[:200]}
 
