@@ -9,7 +9,7 @@ from typing import Any
 def result_line(record: dict[str, Any]) -> str:
     """One finished problem: "✓ softmax_rows: accepted, 1.80x vs eager, 1.43x vs compile (cuda:0, 31.2 s)"."""
     v = record.get("verdict") or {}
-    mark = "✓" if v.get("correct") else "✗"
+    mark = "✓" if v.get("correct") else "–" if record.get("status") == "out_of_reach" else "✗"
     parts = [f"{mark} {record['name']}: {record.get('status', '?')}"]
     if v.get("speedup_vs_eager") is not None:
         parts.append(f"{v['speedup_vs_eager']:.2f}x vs eager")

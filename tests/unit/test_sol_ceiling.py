@@ -74,3 +74,22 @@ def test_the_reference_uses_the_problem_size_ceiling_when_faster(tmp_path, monke
     assert figures["min_bytes"] == 3 * 512 * 1024 * 4
     assert "at the problem's size" in figures["sol_ceilings"]
     assert figures["sol_us"] < figures["min_bytes"] / slow.copy_bytes_per_s * 1e6 / 10
+
+
+def test_the_suite_counts_out_of_reach_apart_from_failures():
+    from kcoder.suite.metrics import row, summarize
+    from kcoder.suite.progress import result_line
+    from kcoder.suite.report import markdown
+
+    good = {"name": "a", "status": "accepted", "verdict": {"compiled": True, "correct": True, "speedup_vs_eager": 2.0,
+                                                          "speedup_vs_compile": 1.5}}
+    bad = {"name": "b", "status": "rejected", "verdict": {"compiled": True, "correct": False}}
+    limit = {"name": "c", "status": "out_of_reach", "reason": "torch.compile is at the hardware limit"}
+    summary = summarize([row(r) for r in (good, bad, limit)])
+    assert summary["problems"] == 3 and summary["out_of_reach"] == 1
+    assert summary["correct_pct"] == 50.0 and summary["compiled_pct"] == 100.0  # over the two judged
+    assert summary["statuses"] == {"accepted": 1, "rejected": 1, "out_of_reach": 1}
+    text = markdown({**summary, "mode": "eval"}, [row(r) for r in (good, bad, limit)])
+    assert "| out of reach (torch.compile at the hardware limit; not counted below) | 1 |" in text
+    assert "| correct | 50.0% (1/2) |" in text
+    assert result_line(limit).startswith("– c: out_of_reach")
