@@ -85,6 +85,7 @@ def naive_main(problem: Path, solution: Path, device: str, spawned: float) -> No
 
     from kcoder.evaluate.loading import load_module
     from kcoder.evaluate.verify import make_inputs
+    from kcoder.evaluate.worker import _copy_weights
     lap("torch_import")
     if device == "cuda":
         build.set_arch_for_device()
@@ -96,7 +97,7 @@ def naive_main(problem: Path, solution: Path, device: str, spawned: float) -> No
     ref = prob.Model(*init).to(device)
     torch.manual_seed(0)
     new = cand.ModelNew(*init).to(device)
-    new.load_state_dict(ref.state_dict())
+    _copy_weights(ref.state_dict(), new)  # as the candidate's process does: same names and shapes
     lap("build")
     with torch.no_grad():
         for seed in range(1, 6):
@@ -202,7 +203,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--examples", default="", help="comma-separated example names (default: all)")
-    parser.add_argument("--large-gb", type=float, default=4.0, help="the large problem's input (cuda; 0: none)")
+    parser.add_argument("--large-gb", type=float, default=3.0, help="the large problem's input (cuda; 0: none)")
+    parser.add_argument("--deadline-s", type=float, default=0.0,
+                        help="start no further problem after this many seconds (0: none); the tables still print")
     parser.add_argument("--naive", nargs=2, type=Path, metavar=("PROBLEM", "SOLUTION"), help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -210,8 +213,12 @@ def main() -> None:
         naive_main(*args.naive, args.device, args.spawned or time.time())
         return
     rows = []
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kcoder-evalcost-") as tmp:
         for name, problem, solution in problems(args, Path(tmp)):
+            if args.deadline_s and time.monotonic() - started > args.deadline_s:
+                print(f"{name}: skipped (past --deadline-s {args.deadline_s:.0f})", flush=True)
+                continue
             first = kcoder_eval(problem, solution, args.device, fresh=True)  # measures and caches the baselines
             naive = naive_check(problem, solution, args.device)
             nxt = kcoder_eval(problem, solution, args.device, fresh=False)
