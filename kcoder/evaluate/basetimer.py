@@ -11,6 +11,8 @@ from typing import Any
 
 from kcoder.evaluate import basecache
 
+DECIDE_EVERY = 5
+
 
 class Baselines:
     """Asks through the judge (its reference process, its seeds, its stage clock)."""
@@ -43,10 +45,17 @@ class Baselines:
         self.sol = self.judge.ask_reference(_left(deadline), "timing", op="sol")
         return self.sol
 
-    def decided(self, candidate: list[float]) -> bool:
-        """Whether cached baselines already settle the reward for these candidate times (every
-        speed-up interval clear of the margin): more candidate rounds could not change it."""
-        return bool(self.cached) and not basecache.undecided(self.before, candidate)
+    def decided(self, candidate: list[float], checked: int) -> bool:
+        """Whether the candidate's timing may stop now: cached baselines, at least two of its
+        timed outputs checked, and every speed-up interval clear of the reward's margin (asked
+        every DECIDE_EVERY rounds: a bootstrap costs tens of ms)."""
+        if not self.cached or checked < 2 or len(candidate) % DECIDE_EVERY:
+            return False
+        if basecache.undecided(self.before, candidate):
+            return False
+        self.judge.verdict.notes.append(f"timing stopped after {len(candidate)} rounds: the speed-up "
+                                        f"intervals already decide the reward")
+        return True
 
     def last(self, deadline: float, candidate: list[float]) -> dict[str, list[float]]:
         """After the candidate's process ended: every baseline's samples. Cached ones stand

@@ -189,7 +189,7 @@ class Judge:
         started = time.perf_counter()
         deadline = time.monotonic() + opts.timing_timeout_s
         self.stop_candidate()  # nothing of the candidate runs while baselines are timed
-        base = Baselines(self)
+        self.base = base = Baselines(self)
         sol = base.first(deadline)
         record_sol(v, sol)
         self.cand = self.start_candidate()
@@ -227,7 +227,8 @@ class Judge:
             # The rounds to check were drawn at random: every call must be right.
             if r in checks:
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
-            last = r + 1 == opts.max_rounds or (r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s())
+            last = r + 1 == opts.max_rounds or (r + 1 >= opts.min_rounds and (
+                sum(times) / 1e6 >= self.share_s() or self.base.decided(times, sum(1 for c in checks if c <= r))))
             if r in audits or (last and opts.audit_every):  # and after the last round, always
                 self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
             if last:
