@@ -27,7 +27,7 @@ class Baselines:
 
     def _key(self) -> dict[str, Any]:
         j = self.judge
-        digest = hashlib.sha256(j.problem.read_bytes()).hexdigest()
+        digest = hashlib.sha256(j.problem.read_text(encoding="utf-8").encode()).hexdigest()  # = Problem.sha256
         return basecache.baseline_key(digest, j.verdict.device_name, j.verdict.torch_version, j.options)
 
     def first(self, deadline: float) -> dict[str, Any]:

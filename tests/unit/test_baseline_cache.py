@@ -42,9 +42,9 @@ class FakeJudge:
     counts its baseline requests."""
 
     def __init__(self, problem: Path, torch_version: str = "2.13.0", device_name: str = "cpu X",
-                 precision: str = "strict") -> None:
+                 precision: str = "strict", options: EvalOptions | None = None) -> None:
         self.problem = problem
-        self.options = EvalOptions(precision=precision)
+        self.options = options or EvalOptions(precision=precision)
         self.verdict = Verdict(torch_version=torch_version, device_name=device_name)
         self.stages = StageClock()
         self.requests: list[str] = []
@@ -199,3 +199,20 @@ def test_candidate_timing_stops_early_only_when_the_reward_is_decided(problem):
     assert not base.decided(_times(100.0 / 1.05, 10), checked=3)  # at the margin: keep timing
     assert base.decided(_times(50.0, 10), checked=3)
     assert any("timing stopped after 10 rounds" in note for note in judge.verdict.notes)
+
+
+@pytest.mark.slow
+def test_the_preflights_measurement_serves_the_first_verdict(problem):
+    import torch
+
+    from kcoder.evaluate.baseline import measure_reference
+    from kcoder.hostinfo import cpu_model
+
+    options = fast_options(compile_baseline=False)
+    figures = measure_reference(problem, options)
+    judge = FakeJudge(problem, torch_version=torch.__version__, device_name=cpu_model(), options=options)
+    judge.eager_us = 1e6  # must not be asked
+    base = Baselines(judge)
+    base.first(time.monotonic() + 60)
+    assert judge.requests == []
+    assert base.sol["sol_us"] == pytest.approx(figures.sol_us)
