@@ -188,12 +188,15 @@ class Judge:
         v.stage = "timing"
         started = time.perf_counter()
         deadline = time.monotonic() + opts.timing_timeout_s
-        self.stop_candidate()  # nothing of the candidate runs while baselines are timed
         self.base = base = Baselines(self)
-        sol = base.first(deadline)
-        record_sol(v, sol)
-        self.cand = self.start_candidate()
-        self.finish_start(first=False)
+        # Cached baselines: none is timed before the candidate's rounds, so its process goes on
+        restart = not base.cached or self.background_jobs > 0
+        if restart:
+            self.stop_candidate()  # nothing of the candidate runs while baselines are timed
+        record_sol(v, base.first(deadline))
+        if restart:
+            self.cand = self.start_candidate()
+            self.finish_start(first=False)
         v.stage = "timing"
         cand = self.candidate_rounds(deadline)
         self.outer_clock_check(statistics.median(cand), deadline)

@@ -190,6 +190,8 @@ class CandidateServer:
         from kcoder.evaluate.timing import Clock
 
         self.clock = Clock(self.device)
+        if self.device == "cuda":  # the timing's own peak, whether or not this process verified first
+            self.torch.cuda.reset_peak_memory_stats()
         for i, seed in enumerate(seeds):
             inputs = self.inputs(seed)
             with self.torch.no_grad():

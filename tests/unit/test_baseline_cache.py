@@ -168,6 +168,8 @@ def test_evaluations_reuse_baselines_and_report_stage_times(write_candidate, tmp
         assert first.seconds.get(stage, 0) > 0, (stage, first.seconds)
     assert first.seconds["baselines_eager"] + first.seconds["baselines_compile"] <= first.seconds["timing"]
     assert first.seconds["timing"] < first.seconds["total"]
+    # nothing is timed between verification and the candidate's rounds: its process goes on
+    assert "candidate_restart" in first.seconds and "candidate_restart" not in second.seconds
 
 
 def test_the_sandbox_cannot_change_cached_baselines(tmp_path, private_cache):
