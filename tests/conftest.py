@@ -21,6 +21,8 @@ os.environ["NO_PROXY"] = "127.0.0.1,localhost," + os.environ.get("NO_PROXY", "")
 os.environ["no_proxy"] = os.environ["NO_PROXY"]
 # Before any test builds: the CLI subprocesses inherit it as well.
 os.environ["KCODER_CACHE"] = os.environ.get("KCODER_TEST_CACHE") or tempfile.mkdtemp(prefix="kcoder-test-cache-")
+# Every test times its own baselines (tests of the baseline cache turn reuse back on).
+os.environ["KCODER_FRESH_BASELINES"] = "1"
 
 from helpers import PROBLEMS, fast_options  # noqa: E402  (after the environment is set)
 

@@ -46,8 +46,8 @@ def roofline_preflight(ws: Workspace, settings: Settings, out: ui.Output) -> Pre
     if headroom is None or headroom >= settings.target:
         return Preflight(figures)
     message = (f"the target is out of reach: torch.compile takes {figures['compile_us']:,.1f} us and the speed "
-               f"of light is {figures['sol_us']:,.1f} us ({figures['sol_bound']}-bound), so no kernel can be more "
-               f"than {headroom:.2f}x faster than torch.compile; the target is {settings.target:.2f}x")
+               f"of light is {figures['sol_us']:,.1f} us ({figures['sol_bound']}-bound), so "
+               f"{_room(headroom)}; the target is {settings.target:.2f}x")
     if settings.keep_going:
         out.warn(f"{message} (going on: --keep-going)")
         return Preflight(figures)
@@ -76,8 +76,17 @@ def describe(figures: dict[str, Any]) -> str:
         text += (f"; speed of light {figures['sol_us']:,.1f} us ({figures['sol_bound']}-bound, "
                  f"{figures['sol_ceilings']})")
     if figures.get("compile_headroom"):
-        text += f"; at most {figures['compile_headroom']:.2f}x faster than torch.compile is possible"
+        text += f"; {_room(figures['compile_headroom'])}"
     return text
+
+
+def _room(headroom: float) -> str:
+    """What the SOL leaves over torch.compile, in words. The SOL is a lower bound on time (the
+    faster of the device's copy ceiling and one at the problem's own size), so torch.compile
+    at or past it is at the hardware limit (up to the bound's measurement noise)."""
+    if headroom <= 1.0:
+        return "torch.compile is at the hardware limit (no kernel can be faster than it)"
+    return f"no kernel can be more than {headroom:.2f}x faster than torch.compile"
 
 
 def stop_report(ws: Workspace, settings: Settings, out: ui.Output, pre: Preflight, profile: str) -> int:

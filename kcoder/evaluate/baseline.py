@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kcoder.evaluate import basecache
 from kcoder.evaluate.channel import ChannelError
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sandbox import resolve_mode
@@ -83,6 +84,10 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         finally:
             children.close()
     samples = reply["samples"]
+    if "sol_error" not in sol:  # the run's first verdicts reuse them (basecache.py)
+        key = basecache.baseline_key(problem.sha256, str(info.get("device_name", "")),
+                                     str(info.get("torch_version", "")), options)
+        basecache.save_baselines(key, samples, sol)
     return ReferenceFigures(
         device_name=str(info.get("device_name", "")), eager_us=statistics.median(samples["eager"]),
         compile_us=statistics.median(samples["compile"]) if "compile" in samples else None,

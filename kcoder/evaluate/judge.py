@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kcoder.evaluate.basetimer import Baselines
 from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sol import record_sol
 from kcoder.evaluate.spawn import Children
-from kcoder.evaluate.summary import record_timings
+from kcoder.evaluate.stagetimes import StageClock
+from kcoder.evaluate.summary import record_errors, record_timings
 from kcoder.evaluate.timing import Timings
 from kcoder.problem import ProblemError
 from kcoder.verdict import Verdict
@@ -51,6 +53,8 @@ class Judge:
         self.background_jobs = 0
         self.timing_checks_left = MIN_TIMING_CHECKS
         self.broken = False  # the candidate's channel failed: never wait on it again
+        self.stages = StageClock()  # where the seconds go (verdict.seconds)
+        self.spawned = 0.0  # wall clock just before the candidate's latest start
 
     def seed(self) -> int:
         return self.rng.randrange(1, 2**31)
@@ -63,6 +67,7 @@ class Judge:
             pass
         finally:
             self.stop_candidate()
+            self.stages.into(self.verdict.seconds)
 
     def stop_candidate(self) -> None:
         """End the candidate's processes; a healthy one with kcoder's background build jobs
@@ -74,9 +79,12 @@ class Judge:
     def _stages(self) -> None:
         v, opts = self.verdict, self.options
         compile_only = opts.stop_after == "compile"  # host work only: no reference process, no ModelNew
-        self.cand = self.children.start_candidate()  # it builds while the judge waits for the device
+        self.cand = self.start_candidate()  # it builds while the judge waits for the device
+        spawned = time.time()
         self.ref = None if compile_only else self.children.start_reference()  # and the problem loads
         info = {} if compile_only else self.ask_reference(None, "problem")
+        if not compile_only:
+            self.stages.reference_started(spawned, info)
         v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
         v.notes.extend(info.get("notes", []))
         v.reference_peak_mb = _round(info.get("reference_peak_mb"))
@@ -95,6 +103,13 @@ class Judge:
             return
         self.time_all()
 
+    def start_candidate(self) -> Peer:
+        """A candidate process; the judge's side of its start (copies, sandbox, spawn) is timed."""
+        self.spawned = time.time()
+        cand = self.children.start_candidate()
+        self.stages.add("sandbox", time.time() - self.spawned)
+        return cand
+
     def finish_start(self, first: bool) -> None:
         """Let the started candidate process instantiate ModelNew (the reference's weights
         are written by now) and take its build report."""
@@ -107,6 +122,7 @@ class Judge:
         except ChannelError:
             pass  # it failed or died while building: its reply (or its exit) is read next
         built = self._expect(self._receive(self.cand, None, "build"), "built", "build")
+        self.stages.candidate_built(self.spawned, built, first)
         jobs = built.get("background_jobs")
         self.background_jobs = jobs if isinstance(jobs, int) else 0
         if first:
@@ -152,7 +168,7 @@ class Judge:
     def _judge_check(self, result: dict[str, Any], stage: str, label: str) -> None:
         """Fail on the reference process's finding; keep the error statistics otherwise."""
         if result.get("ok"):
-            self._record(result.get("stats") or {})
+            record_errors(self.verdict, result.get("stats") or {})
             return
         if "mismatch" not in result:
             self.fail(stage, str(result.get("reason", f"{label}: wrong answer")))
@@ -167,33 +183,25 @@ class Judge:
         v.stage = "timing"
         started = time.perf_counter()
         deadline = time.monotonic() + opts.timing_timeout_s
-        self.stop_candidate()  # nothing of the candidate runs while baselines are timed
-        before = self.baselines(deadline)
-        # After the baselines: the first time on a node this measures the device's ceilings
-        # (GiB-sized copies, matmuls), which must not run just before a baseline is timed;
-        # still while no candidate process is alive.
-        record_sol(v, self.ask_reference(_left(deadline), "timing", op="sol"))
-        self.cand = self.children.start_candidate()
-        self.finish_start(first=False)
+        self.base = base = Baselines(self)
+        # Cached baselines: none is timed before the candidate's rounds, so its process goes on
+        restart = not base.cached or self.background_jobs > 0
+        if restart:
+            self.stop_candidate()  # nothing of the candidate runs while baselines are timed
+        record_sol(v, base.first(deadline))
+        if restart:
+            self.cand = self.start_candidate()
+            self.finish_start(first=False)
         v.stage = "timing"
         cand = self.candidate_rounds(deadline)
         self.outer_clock_check(statistics.median(cand), deadline)
         self.hidden_work_check(statistics.median(cand), deadline)
         self.record_peak(deadline)
         self.stop_candidate()
-        after = self.baselines(deadline)
-        samples = {k: before[k] + after[k] for k in before}
+        samples = base.last(deadline, cand)
         samples["candidate"] = cand
         record_timings(self.verdict, Timings(samples))
         v.seconds["timing"] = round(time.perf_counter() - started, 3)
-
-    def baselines(self, deadline: float) -> dict[str, list[float]]:
-        opts = self.options
-        warm = [self.seed() for _ in range(opts.warmup)]
-        seeds = [self.seed() for _ in range(max(2, opts.max_rounds // 2))]
-        reply = self.ask_reference(_left(deadline), "timing", op="baselines", seeds=seeds, warmup=warm,
-                                   min_rounds=max(2, opts.min_rounds // 2), budget_s=self.share_s() / 2)
-        return reply["samples"]
 
     def share_s(self) -> float:
         """Measured seconds per implementation: the timing budget split between the candidate
@@ -217,7 +225,8 @@ class Judge:
             # The rounds to check were drawn at random: every call must be right.
             if r in checks:
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
-            last = r + 1 == opts.max_rounds or (r + 1 >= opts.min_rounds and sum(times) / 1e6 >= self.share_s())
+            last = r + 1 == opts.max_rounds or (r + 1 >= opts.min_rounds and (
+                sum(times) / 1e6 >= self.share_s() or self.base.decided(times, sum(1 for c in checks if c <= r))))
             if r in audits or (last and opts.audit_every):  # and after the last round, always
                 self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
             if last:
@@ -252,7 +261,9 @@ class Judge:
         """The judge's own clock over back-to-back batches, like for like (crosscheck.py)."""
         from kcoder.evaluate.crosscheck import OuterClock
 
+        started = time.monotonic()
         OuterClock(self, claimed_us, deadline).check()
+        self.stages.add("cross_checks", time.monotonic() - started)
 
     def hidden_work_check(self, event_us: float, deadline: float) -> None:
         if self.options.device != "cuda":
@@ -281,6 +292,7 @@ class Judge:
         try:
             reply = self.ref.request(limit_s, **request) if request else self.ref.receive(limit_s)
             trace("reference", request.get("op", stage), started)
+            self.stages.add_request("reference", request.get("op", stage), stage, time.perf_counter() - started)
         except ChannelError as exc:
             self.harness_error(f"the reference process failed during {stage} ({exc.kind}: {exc})",
                                self.children.log_tail("reference"))
@@ -300,6 +312,7 @@ class Judge:
         started = time.perf_counter()
         reply = self._receive(cand, limit_s, stage)
         trace("candidate", request.get("op", stage), started)
+        self.stages.add_request("candidate", request.get("op", stage), stage, time.perf_counter() - started)
         return self._expect(reply, expect, stage)
 
     def _receive(self, cand: Peer, limit_s: float | None, stage: str) -> dict[str, Any]:
@@ -345,14 +358,6 @@ class Judge:
         reason = crash_reason(exc, phase, self.children.candidate_returncode(), self.options,
                               self.children.log_tail("candidate"))
         self.fail(stage, reason, self.children.log_tail("candidate"))
-
-    def _record(self, stats: dict[str, Any]) -> None:
-        v = self.verdict
-        for name in ("max_abs_err", "max_rel_err", "rel_norm_err"):
-            value = stats.get(name)
-            if isinstance(value, (int, float)):
-                setattr(v, name, max(getattr(v, name) or 0.0, float(value)))
-        v.tolerance = stats.get("tolerance") or v.tolerance
 
 
 def _left(deadline: float) -> float:

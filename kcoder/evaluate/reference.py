@@ -15,6 +15,7 @@ import faulthandler
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ class ReferenceServer:
         self.fingerprints: set[str] = set()
         self.compiled: Any = None
         self.flush_bytes = 0
+        self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
 
     def start(self) -> dict[str, Any]:
         notes = build.prepare_environment(self.device)
@@ -45,7 +47,8 @@ class ReferenceServer:
 
         self.torch = torch
         set_precision(torch, self.options.precision)
-        info: dict[str, Any] = {"torch_version": torch.__version__, "notes": notes}
+        self.stamps["torch"] = time.time()
+        info: dict[str, Any] = {"torch_version": torch.__version__, "notes": notes, "stamps": self.stamps}
         if self.device == "cuda":
             if not torch.cuda.is_available():
                 raise ProblemFault("--device cuda asked for, but torch sees no CUDA GPU here")
@@ -54,7 +57,9 @@ class ReferenceServer:
         else:
             info["device_name"] = cpu_model()
         self._load_problem()
+        self.stamps["loaded"] = time.time()
         info.update(self._first_run())
+        self.stamps["first"] = time.time()
         return info
 
     def _load_problem(self) -> None:
@@ -176,13 +181,14 @@ class ReferenceServer:
     def op_sol(self) -> dict[str, Any]:
         """The speed of light of one reference call (evaluate/sol.py); the device's ceilings
         are measured here the first time (asked while no candidate process is alive)."""
-        from kcoder.evaluate.sol import count_work, speed_of_light
+        from kcoder.evaluate.sol import count_work, own_size_rate, speed_of_light
         from kcoder.profile.ceilings import limits_for
 
         try:
             work = count_work(self.torch, self.model, self.inputs(self.options.seed))
             limits, _ = limits_for(self.torch, self.device)
-            return speed_of_light(work, limits, self.options.precision)
+            own = own_size_rate(self.torch, self.device, limits, work["min_bytes"])  # data in L2 is faster
+            return speed_of_light(work, limits, self.options.precision, own)
         except Exception as exc:  # information only: never the evaluation's failure
             return {"sol_error": first_line(exc)[:200]}
 
@@ -197,9 +203,10 @@ class ReferenceServer:
             impls["compile"] = self.compiled
         clock = Clock(self.device)
         self.flush_bytes = clock.flush_buffer.nbytes if clock.cuda else 0
-        return {"samples": time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup,
-                                       min_rounds=min_rounds, budget_s=budget_s * len(impls),  # per implementation
-                                       seed=self.options.seed)}
+        spent: dict[str, float] = {}  # wall seconds per implementation, torch.compile's compilation included
+        samples = time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup, min_rounds=min_rounds,
+                              budget_s=budget_s * len(impls), seed=self.options.seed, spent=spent)
+        return {"samples": samples, "seconds": spent}
 
     def _release(self) -> None:
         if self.device == "cuda":

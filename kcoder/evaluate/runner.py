@@ -32,6 +32,7 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
     """Evaluate a candidate file against a problem file. Raises ProblemError for a bad problem
     file (or a missing candidate file) and ValueError for bad options; every failure of the
     candidate is a Verdict."""
+    started = time.perf_counter()
     options = options or EvalOptions()
     options.validate()
     problem = load_problem(problem_path)
@@ -59,6 +60,7 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
             _trace_timing(verdict, children)
         finally:
             children.close()  # gives the device back
+    verdict.seconds["total"] = round(time.perf_counter() - started, 3)
     return finish(verdict)
 
 

@@ -142,6 +142,9 @@ def bwrap_argv(box: Box, device: str, read_only: list[Path], writable: list[Path
     writables += [p.resolve() for p in writable or []]
     for folder in writables:
         argv += ["--bind", str(folder), str(folder)]
+    judged = cache / "baselines"  # the judge's cached baselines (basecache.py): never the candidate's to change
+    judged.mkdir(exist_ok=True)
+    argv += ["--ro-bind", str(judged.resolve()), str(judged.resolve())]
     for path in read_only:
         argv += ["--ro-bind", str(path.resolve()), str(path.resolve())]
     return argv + ["--chdir", str(box.root)]

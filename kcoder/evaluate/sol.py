@@ -42,18 +42,67 @@ def count_work(torch: Any, model: Any, inputs: list[Any]) -> dict[str, Any]:
     return {"flops": flops, "min_bytes": total}
 
 
-def speed_of_light(work: dict[str, Any], limits: Any, precision: str) -> dict[str, Any]:
+def speed_of_light(work: dict[str, Any], limits: Any, precision: str, own_size_rate: float | None = None
+                   ) -> dict[str, Any]:
     """The SOL time in us from `work` (count_work) and a DeviceLimits, the bound that sets
-    it, and the ceilings used, in words."""
+    it, and the ceilings used, in words. `own_size_rate`: the copy rate measured at the
+    problem's own size (copy_rate_at); the faster of it and the device's ceiling bounds the
+    memory time, so a problem whose data stays in a cache cannot beat its SOL."""
     nbytes, flops = work["min_bytes"], work["flops"] or 0.0
     bandwidth = limits.bandwidth_for(nbytes)
+    where = ""
+    if own_size_rate and own_size_rate > bandwidth:
+        bandwidth, where = own_size_rate, f" at the problem's size ({nbytes / 2**20:,.1f} MiB)"
     rate = limits.flops_per_s(precision)
     memory_s, compute_s = nbytes / bandwidth, flops / rate
     return {**work, "sol_us": max(memory_s, compute_s) * 1e6,
             "sol_bound": "memory" if memory_s >= compute_s else "compute",
-            "sol_ceilings": (f"{limits.device}: copy {bandwidth / 1e9:,.1f} GB/s, "
+            "sol_ceilings": (f"{limits.device}: copy {bandwidth / 1e9:,.1f} GB/s{where}, "
                              f"{'relaxed' if precision == 'relaxed' else 'fp32'} matmul "
                              f"{rate / 1e12:,.2f} TFLOP/s (measured)")}
+
+
+OWN_SIZE_MAX_BYTES = 1 << 30  # above this the device's 1 GiB copy is the problem's own size already
+OWN_SIZE_CALLS = 20
+
+
+def own_size_rate(torch: Any, device: str, limits: Any, nbytes: int) -> float | None:
+    """The copy rate at `nbytes` (copy_rate_at): kept with the device's ceilings (a property of
+    the device at that size, measured once), else measured now and saved there."""
+    from kcoder.profile.roofline import save_limits
+
+    rates = dict(limits.size_rates or {})
+    if isinstance(rates.get(str(nbytes)), (int, float)):
+        return float(rates[str(nbytes)])
+    rate = copy_rate_at(torch, device, nbytes)
+    if rate:
+        rates[str(nbytes)] = rate
+        limits.size_rates = rates
+        save_limits(limits)
+    return rate
+
+
+def copy_rate_at(torch: Any, device: str, nbytes: int, calls: int = OWN_SIZE_CALLS) -> float | None:
+    """Read+write bytes per second of one copy whose source and destination are `nbytes`
+    together, timed as the timing loop times a call (timing.Clock: on a GPU the same L2 flush,
+    head start and events) with its source written just before, as a fresh input is; the best
+    of `calls`. None for sizes where the device's own ceiling stands (empty or over 1 GiB)."""
+    from kcoder.evaluate.timing import Clock
+
+    if not 0 < nbytes <= OWN_SIZE_MAX_BYTES:
+        return None
+    half = max(1, nbytes // 2)
+    src = torch.empty(half, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    clock = Clock(device)
+    best = float("inf")
+    for i in range(calls + 1):
+        src.fill_(i % 251)  # written now, as make_inputs writes a round's inputs
+        _, read = clock.call(lambda a, b: b.copy_(a), [src, dst])
+        clock.sync()
+        if i:  # the first call teaches nothing (allocator, lazy init)
+            best = min(best, read())
+    return 2 * half / (best * 1e-6) if best > 0 else None
 
 
 def record_sol(verdict: Any, figures: dict[str, Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kcoder.evaluate.sol import sol_fraction
 from kcoder.evaluate.timing import Timings
 from kcoder.verdict import Verdict, reward_for
@@ -9,6 +11,15 @@ from kcoder.verdict import Verdict, reward_for
 # A measured time under this share of the speed of light's is faster than the device allows:
 # a finding (a broken timer, work done elsewhere, a wrong SOL), never a reward (issue 27).
 IMPLAUSIBLE_TIME_SHARE = 2 / 3
+
+
+def record_errors(v: Verdict, stats: dict[str, Any]) -> None:
+    """Keep the largest errors over every checked output (the reference process's statistics)."""
+    for name in ("max_abs_err", "max_rel_err", "rel_norm_err"):
+        value = stats.get(name)
+        if isinstance(value, (int, float)):
+            setattr(v, name, max(getattr(v, name) or 0.0, float(value)))
+    v.tolerance = stats.get("tolerance") or v.tolerance
 
 
 def record_timings(v: Verdict, timings: Timings) -> None:

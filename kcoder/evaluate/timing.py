@@ -149,44 +149,62 @@ class Clock:
 
 def time_rounds(impls: dict[str, Callable[..., Any]], make_inputs: Callable[[int], list[Any]], clock: Clock, *,
                 seeds: list[int], warmup: list[int], min_rounds: int, budget_s: float,
-                seed: int = 0) -> dict[str, list[float]]:
+                seed: int = 0, spent: dict[str, float] | None = None) -> dict[str, list[float]]:
     """Time each implementation once per round, in a random order, each call on inputs made
     fresh from the round's seed (so a call that modifies its inputs harms no other), until
     `min_rounds` are done and `budget_s` of measured time is spent (or the seeds run out).
-    Warm-up rounds use their own seeds. Returns per-implementation times in microseconds."""
+    Warm-up rounds use their own seeds. Returns per-implementation times in microseconds;
+    `spent` (when given) gets each implementation's wall seconds, warm-up included."""
     import torch
 
     rng = random.Random(seed)
     names = list(impls)
+    walls = spent if spent is not None else {}
+    walls.update({name: 0.0 for name in names})
     with torch.no_grad():
         for w, s in enumerate(warmup):
             for name in names:
+                started = time.perf_counter()
                 inputs = make_inputs(s)
                 if w == 0:  # first calls (compilation, autotuning, caches) would teach the clock nothing
                     impls[name](*inputs)
                 else:  # as timed, so the clock's head start fits each call's host time before round 0
                     clock.call(impls[name], inputs)
                 clock.sync()
+                del inputs
+                walls[name] += time.perf_counter() - started
         samples: dict[str, list[float]] = {name: [] for name in names}
-        spent = 0.0
+        measured = 0.0
         for r, s in enumerate(seeds):
             order = names[:]
             rng.shuffle(order)
-            fresh = make_inputs(s)
+            # On a GPU every call's inputs are made from the seed right before it (cheap there),
+            # so one input set is alive at a time; on a CPU, where making them costs more than
+            # a copy, the round's set is made once and copied for all but its last call.
+            fresh = None if clock.cuda else make_inputs(s)
             for i, name in enumerate(order):
-                # a copy for all but the last call: one input set is made per round, and a
-                # call that modifies its inputs cannot affect the next
-                inputs = [x.clone() if hasattr(x, "clone") else x for x in fresh] if i < len(order) - 1 else fresh
+                started = time.perf_counter()
+                inputs = _round_inputs(fresh, make_inputs, s, last=i == len(order) - 1)
                 clock.reset_persisting_l2()
                 out, read = clock.call(impls[name], inputs)
                 clock.sync()
                 samples[name].append(read())
-                spent += samples[name][-1] / 1e6
+                measured += samples[name][-1] / 1e6
                 del out, inputs
+                walls[name] += time.perf_counter() - started
             del fresh
-            if r + 1 >= min_rounds and spent >= budget_s:
+            if r + 1 >= min_rounds and measured >= budget_s:
                 break
     return samples
+
+
+def _round_inputs(fresh: list[Any] | None, make_inputs: Callable[[int], list[Any]], seed: int,
+                  last: bool) -> list[Any]:
+    """One call's inputs: made from the seed (`fresh` None), else the round's own set for its
+    last call and a copy before that, so a call that modifies its inputs cannot affect the next."""
+    if fresh is None:
+        return make_inputs(seed)
+    return fresh if last else [x.clone() if hasattr(x, "clone") else x for x in fresh]
 
 
 def device_kernel_time_us(fn: Callable[..., Any], inputs: list[Any], calls: int = 3) -> float:

@@ -63,15 +63,30 @@ def inputs_equal(a: list[Any], b: list[Any]) -> bool:
         if isinstance(x, torch.Tensor):
             if x.shape != y.shape or x.dtype != y.dtype or x.stride() != y.stride():
                 return False
-            if x.is_floating_point() or x.is_complex():
-                same = (x == y) | (torch.isnan(x) & torch.isnan(y))
-                if not bool(same.all()):
-                    return False
-            elif not torch.equal(x, y):
+            if not all(_chunk_equal(torch, u, v) for u, v in _chunks(x, y)):
                 return False
         elif x != y:
             return False
     return True
+
+
+EQUAL_CHUNK = 1 << 26  # elements compared at a time: the comparison's temporaries stay small
+
+
+def _chunks(x: Any, y: Any) -> Iterator[tuple[Any, Any]]:
+    """Matching pieces of two same-shaped tensors (the whole tensors when not contiguous)."""
+    if not (x.is_contiguous() and y.is_contiguous()) or x.numel() <= EQUAL_CHUNK:
+        yield x, y
+        return
+    xf, yf = x.view(-1), y.view(-1)
+    for start in range(0, xf.numel(), EQUAL_CHUNK):
+        yield xf[start:start + EQUAL_CHUNK], yf[start:start + EQUAL_CHUNK]
+
+
+def _chunk_equal(torch: Any, x: Any, y: Any) -> bool:
+    if x.is_floating_point() or x.is_complex():
+        return bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all())
+    return torch.equal(x, y)
 
 
 @contextmanager

@@ -49,6 +49,8 @@ class CandidateServer:
         self.candidate_path = Path(job["candidate"])
         self.last: Any = None
         self.previous: Any = None  # the last verification output, kept to catch reuse
+        self.stamps = {"main": time.time()}  # wall-clock start-up stamps, for the verdict's stage times
+        self.compile_s = 0.0  # seconds inside load_inline
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -61,6 +63,7 @@ class CandidateServer:
             build.set_arch_for_device()
             torch.cuda.set_per_process_memory_fraction(self.options.gpu_memory_fraction)
         set_precision(torch, self.options.precision)
+        self.stamps["torch"] = time.time()
         build.install_build_wrapper(fast=self.options.fast_build)
         self._announce_compiles()
         self.problem = _inputs_only(load_module(Path(self.job["problem"]), "kcoder_problem_inputs"))
@@ -69,10 +72,12 @@ class CandidateServer:
         self.timers = _timer_identities(torch)
         started = time.perf_counter()
         model_cls = self._import_candidate()
+        self.stamps["imported"] = time.time()
         # The judge says when the reference process has written the weights: both processes
         # start (import torch, build) at the same time.
         if self.link.receive() is None:
             raise SystemExit(0)
+        self.stamps["init"] = time.time()
         self.link.phase("init")
         self.model = None if compile_only else self._instantiate(model_cls)
         seconds = round(time.perf_counter() - started, 3)
@@ -80,7 +85,9 @@ class CandidateServer:
         records = [build.describe(r) for r in build.BUILD_RECORDS]
         from kcoder.build import detached
 
-        return {"built": True, "notes": notes + records, "seconds": seconds, "background_jobs": detached.pending()}
+        self.stamps["built"] = time.time()
+        return {"built": True, "notes": notes + records, "seconds": seconds, "background_jobs": detached.pending(),
+                "stamps": self.stamps, "compile_s": round(self.compile_s, 3)}
 
     def _announce_compiles(self) -> None:
         """Tell the judge when load_inline is compiling: the compiler has its own time limit."""
@@ -90,9 +97,11 @@ class CandidateServer:
 
         def announcing_load_inline(*args: Any, **kwargs: Any) -> Any:
             link.phase("compile")
+            started = time.time()
             try:
                 return inner(*args, **kwargs)
             finally:
+                self.compile_s += time.time() - started
                 link.phase("import")
 
         announcing_load_inline.__wrapped__ = inner  # type: ignore[attr-defined]
@@ -184,6 +193,8 @@ class CandidateServer:
         from kcoder.evaluate.timing import Clock
 
         self.clock = Clock(self.device)
+        if self.device == "cuda":  # the timing's own peak, whether or not this process verified first
+            self.torch.cuda.reset_peak_memory_stats()
         for i, seed in enumerate(seeds):
             inputs = self.inputs(seed)
             with self.torch.no_grad():

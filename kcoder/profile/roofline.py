@@ -39,6 +39,8 @@ class DeviceLimits:
     # cpu: copy rate by working-set size in bytes (read+write), since a freshly made input
     # that fits in the caches streams faster than DRAM; None on a GPU (L2 flushed per call).
     copy_curve: dict[str, float] | None = None
+    # copy rates at problems' own sizes (evaluate/sol.py own_size_rate), timed as calls are
+    size_rates: dict[str, float] | None = None
 
     def bandwidth_for(self, nbytes: float) -> float:
         """Bytes/s a copy of `nbytes` (read+write) reaches: the rate measured at the largest

@@ -62,13 +62,19 @@ def fast_p(rows: list[dict[str, Any]], key: str, p: float) -> float:
     return _pct(sum(1 for r in rows if r["correct"] and (p == 0 or (r[key] or 0.0) > p)), len(rows))
 
 
+OUT_OF_REACH = "out_of_reach"  # the preflight found torch.compile at the hardware limit: nothing to win
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The suite's summary figures (see the module docstring)."""
-    n = len(rows)
+    """The suite's summary figures (see the module docstring). A problem out of reach is its
+    own outcome, counted apart: not a failure, and not in the shares over the problems."""
+    total = len(rows)
+    rows = [r for r in rows if r["status"] != OUT_OF_REACH]
+    n, out_of_reach = len(rows), total - len(rows)
     correct = [r for r in rows if r["correct"]]
     timed = [r for r in correct if r["speedup_vs_eager"] is not None]
     return {
-        "problems": n,
+        "problems": total, "out_of_reach": out_of_reach,
         "compiled": sum(r["compiled"] for r in rows), "correct": len(correct),
         "compiled_pct": _pct(sum(r["compiled"] for r in rows), n), "correct_pct": _pct(len(correct), n),
         "faster_than_eager_pct": fast_p(rows, "speedup_vs_eager", 1.0),
@@ -81,5 +87,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_compile_sol_fraction": _mean([r["compile_sol_fraction"] for r in timed]),
         "seconds_per_problem": _mean([r["seconds"] for r in rows]),
         "cost_per_problem": round(sum(r["cost"] for r in rows) / n, 4) if n else 0.0,
-        "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})},
+        "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in sorted({r["status"] for r in rows})}
+        | ({OUT_OF_REACH: out_of_reach} if out_of_reach else {}),
     }

@@ -12,7 +12,8 @@ def result_line(record: dict[str, Any]) -> str:
     """One finished problem: "✓ softmax_rows: accepted, 1.80x vs eager, 1.43x vs compile (cuda:0, 31.2 s)"."""
     v = verdict_of(record)
     correct = v is not None and v.correct
-    parts = [f"{'✓' if correct else '✗'} {record['name']}: {record.get('status', '?')}"]
+    mark = "✓" if correct else "–" if record.get("status") == "out_of_reach" else "✗"
+    parts = [f"{mark} {record['name']}: {record.get('status', '?')}"]
     if v is not None and v.speedup_vs_eager is not None:
         parts.append(f"{v.speedup_vs_eager:.2f}x vs eager")
     if v is not None and v.speedup_vs_compile is not None:

@@ -7,6 +7,7 @@
 #         kcoder profile of every example with its Nsight Compute pages kept as fixtures.
 # bench:  bench/turnaround.py (builds of its own, in fresh caches) and bench/spread.py.
 # lock: issue 27's device lock and sandboxed profiling (see lock() below).
+# cost:   bench/evalcost.py --device cuda: stage times, kcoder vs a naive checker (~9 min).
 # profile_tests: tests/gpu/test_profile_gpu.py (~4-5 min on a fresh machine: its builds are cold).
 # tune:   bench/tune.py --device cuda (TUNE_S, TUNE_ARGS).
 # suite: kcoder suite on the GPU(s) (see suite() below).
@@ -102,11 +103,14 @@ trust_cost() {
   cost
 }
 
-# cost: the evaluator before issue 15 (.baseline, carried) vs this one on the four examples.
+# cost: where a verdict's seconds go (issue 28): kcoder eval of every example and a large problem, its
+#       first verdict and its next (cached baselines), beside a naive in-process checker; stage table last.
 cost() {
   export PATH="$PWD/.whl/bin:$PATH"
   prebuild_examples
-  timeout "${COST_S:-450}" python3 bench/evalcost.py --before .baseline --device cuda --repeat 1 ${COST_ARGS:-} 2>&1 | tee "$out/evalcost.log"
+  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
+  timeout "${COST_S:-500}" python3 bench/evalcost.py --device cuda --deadline-s "${COST_DEADLINE_S:-400}" \
+    ${COST_ARGS:-} 2>&1 | tee "$out/evalcost.log" | tail -60
 }
 
 # tune: issue 18's figures: every example's space exhaustively, the guided strategies replayed

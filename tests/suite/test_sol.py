@@ -32,7 +32,11 @@ def test_pointwise_example_sol_is_bytes_over_measured_bandwidth():
     assert v.min_bytes == 2 * rows * features * 4 + 2 * features * 4
     assert v.flops == 0 and v.sol_bound == "memory"  # elementwise work is not matmul FLOPs
     limits = cached_cpu_limits()
-    assert v.sol_us == pytest.approx(v.min_bytes / limits.bandwidth_for(v.min_bytes) * 1e6, rel=1e-6)
+    device_bound_us = v.min_bytes / limits.bandwidth_for(v.min_bytes) * 1e6
+    if "at the problem's size" in v.sol_ceilings:  # the copy at its own size was faster: a lower bound
+        assert v.sol_us < device_bound_us
+    else:
+        assert v.sol_us == pytest.approx(device_bound_us, rel=1e-6)
     assert v.eager_sol_fraction == pytest.approx(v.sol_us / v.eager_us, rel=1e-3)
     assert v.candidate_sol_fraction == pytest.approx(v.sol_us / v.candidate_us, rel=1e-3)
     assert v.compile_sol_fraction is None  # --no-compile
