@@ -20,6 +20,10 @@ Precision = Literal["strict", "relaxed"]
 ToolCallMode = Literal["native", "text", "auto"]
 SandboxMode = Literal["auto", "bwrap", "none"]
 TOOL_CALL_MODES: tuple[str, ...] = get_args(ToolCallMode)
+# The built-in (no-LLM) policy's name: `--model builtin`, chat's `/model builtin`, `--start
+# builtin`, and the model a report names when no LLM wrote the kernel.
+BUILTIN = "builtin"
+StartFrom = Literal["builtin"]
 
 # A run succeeds at a verified candidate this many times faster than torch.compile. (The
 # reward rule's 5% margin, verdict.SPEEDUP_MARGIN, is a separate rule that happens to agree.)
@@ -65,7 +69,7 @@ class Settings:
     runs_dir: Path | None = None
     resume: Path | None = None
     commit: bool = False  # optimize: commit the best verified kernel afterwards
-    start: str | None = None  # optimize with a model: "builtin" starts from the built-in policy's kernel
+    start: StartFrom | None = None  # optimize with a model: start from the built-in policy's kernel
     tune_trials: int | None = None  # the built-in policy's tuning budget (points judged)
     verbose: bool = False  # optimize, chat: show whole files and diffs after each tool call
     preflight: bool = True  # optimize: baselines and speed of light before the first turn
@@ -95,12 +99,17 @@ class Settings:
         if self.tool_call is not None and self.tool_call not in TOOL_CALL_MODES:
             raise ValueError(f"tool-call mode must be one of {', '.join(TOOL_CALL_MODES)}, "
                              f"not {self.tool_call!r}")
-        if self.start not in (None, "builtin"):
-            raise ValueError(f"--start must be builtin, not {self.start!r}")
+        if self.start not in (None, *get_args(StartFrom)):
+            raise ValueError(f"--start must be {BUILTIN}, not {self.start!r}")
         if self.tune_trials is not None and self.tune_trials < 1:
             raise ValueError("--tune-trials must be at least 1")
         if self.target <= 0 or self.max_turns < 1:
             raise ValueError("--target must be > 0 and --max-turns at least 1")
+
+    def policy_answers(self, chat: bool = False) -> bool:
+        """Whether kcoder's built-in policy is the model: named, or no model outside chat
+        (chat without a model runs slash commands only)."""
+        return self.model == BUILTIN or (not self.model and not chat)
 
     def runs_base(self, problem: Path) -> Path:
         """Where this problem's run directories go."""
