@@ -11,10 +11,11 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
+from kcoder.choices import TuneStrategy
 from kcoder.cli_options import (
     ALLOW,
     API_BASE,
@@ -125,9 +126,6 @@ def _evaluate_with_status(evaluate: Callable[..., Any], problem: Path, candidate
 
     with live_status(console(stderr=True), f"evaluating {candidate.name}", announce=False) as update:
         return evaluate(problem, candidate, replace(options, on_stage=update))
-
-
-TuneStrategy = Literal["auto", "exhaustive", "tpe", "evolution"]
 
 
 @app.command("tune")
@@ -276,11 +274,10 @@ def profile_command(
     """Profile CANDIDATE's kernels: Nsight Compute metrics per kernel, roofline against the
     measured device, ptxas resources; a torch.profiler timeline when ncu cannot run."""
     from kcoder.problem import ProblemError
-    from kcoder.profile.options import ProfileOptions
     from kcoder.profile.profiler import profile_candidate
 
-    options = ProfileOptions(device=device, full=full, precision=precision, ncu=ncu, ncu_timeout_s=ncu_timeout,
-                             save_prefix=save_ncu)
+    options = Settings(device=device, precision=precision).profile_options(  # type: ignore[arg-type]
+        full=full, ncu=ncu, ncu_timeout_s=ncu_timeout, save_prefix=save_ncu)
     try:
         report = profile_candidate(problem, candidate, options)
     except (ProblemError, ValueError) as exc:

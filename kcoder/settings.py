@@ -1,7 +1,8 @@
 """What the commands share: one declaration of the evaluation policy, the model and the limits.
 
 `kcoder eval`, `optimize`, `chat` and `profile` each build one Settings from their options;
-the evaluator's own options (EvalOptions) are derived from it by `Settings.eval_options()`.
+the evaluator's and the profiler's own options are derived from it by `Settings.eval_options()`
+and `Settings.profile_options()`, the only places they are built from settings.
 Light on purpose: the CLI imports this module for its option types, so nothing heavy here.
 """
 
@@ -9,21 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
+
+from kcoder.choices import (  # the values each option may take (the CLI imports them from here too)
+    BUILTIN,
+    TOOL_CALL_MODES,
+    Device,
+    Precision,
+    SandboxMode,
+    Stage,
+    StartFrom,
+    ToolCallMode,
+    check_choice,
+)
 
 if TYPE_CHECKING:
     from kcoder.evaluate.options import EvalOptions
-
-Device = Literal["cpu", "cuda"]
-Stage = Literal["build", "verify", "timing"]  # where an evaluation stops
-Precision = Literal["strict", "relaxed"]
-ToolCallMode = Literal["native", "text", "auto"]
-SandboxMode = Literal["auto", "bwrap", "none"]
-TOOL_CALL_MODES: tuple[str, ...] = get_args(ToolCallMode)
-# The built-in (no-LLM) policy's name: `--model builtin`, chat's `/model builtin`, `--start
-# builtin`, and the model a report names when no LLM wrote the kernel.
-BUILTIN = "builtin"
-StartFrom = Literal["builtin"]
+    from kcoder.profile.options import ProfileOptions
 
 # A run succeeds at a verified candidate this many times faster than torch.compile. (The
 # reward rule's 5% margin, verdict.SPEEDUP_MARGIN, is a separate rule that happens to agree.)
@@ -51,6 +54,9 @@ class Settings:
     precision: Precision = "strict"
     stop_after: Stage = "timing"
     budget: float = DEFAULT_BUDGET_S
+    # Named as the flags (--plain-build, --no-compile) that the CLI and the suite's saved plans map
+    # onto these fields by name; EvalOptions says the same positively (fast_build, compile_baseline),
+    # and the two builders below are the only places that turn one into the other.
     plain_build: bool = False  # build exactly as plain load_inline does (no faster build)
     no_compile: bool = False  # skip the torch.compile baseline
     sandbox: SandboxMode = "auto"  # how the candidate's process is confined (evaluate/sandbox.py)
@@ -93,14 +99,20 @@ class Settings:
                        timing_budget_s=self.budget, fast_build=not self.plain_build,
                        compile_baseline=not self.no_compile, sandbox=self.sandbox)
 
+    def profile_options(self, full: bool = False, **overrides: Any) -> ProfileOptions:
+        """The profiler's options for these settings (the device and precision policy);
+        `overrides`: the profiler's own knobs (ncu binary, time limits, saved reports)."""
+        from kcoder.profile.options import ProfileOptions
+
+        return ProfileOptions(device=self.device, full=full, precision=self.precision, **overrides)
+
     def validate(self) -> None:
         """ValueError naming the bad option (device, allow, precision, target, limits)."""
         self.eval_options().validate()
-        if self.tool_call is not None and self.tool_call not in TOOL_CALL_MODES:
-            raise ValueError(f"tool-call mode must be one of {', '.join(TOOL_CALL_MODES)}, "
-                             f"not {self.tool_call!r}")
-        if self.start not in (None, *get_args(StartFrom)):
-            raise ValueError(f"--start must be {BUILTIN}, not {self.start!r}")
+        if self.tool_call is not None:
+            check_choice("tool-call mode", self.tool_call, TOOL_CALL_MODES)
+        if self.start is not None:
+            check_choice("--start", self.start, (BUILTIN,))
         if self.tune_trials is not None and self.tune_trials < 1:
             raise ValueError("--tune-trials must be at least 1")
         if self.target <= 0 or self.max_turns < 1:

@@ -137,13 +137,11 @@ class Commands:
         path, label = self._file(" ".join(w for w in words if w != "--full"), s.ws.candidate)
         if not path.is_file():
             raise ChatError(f"{label} does not exist yet: ask the model to write it")
-        from kcoder.profile.options import ProfileOptions
         from kcoder.profile.render import render, summary_text
 
         full = "--full" in words
         try:
-            report = s.profile_kernels(s.ws.reference, path, ProfileOptions(
-                device="cuda", full=full, precision=s.options.precision))
+            report = s.profile_kernels(s.ws.reference, path, s.settings.profile_options(full=full))
         except (ProblemError, ValueError) as exc:
             raise ChatError(str(exc)) from exc
         self.io.end_stream()
