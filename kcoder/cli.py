@@ -2,7 +2,8 @@
 so `kcoder --help` stays instant.
 
 Exit codes: 0 success, 1 the candidate failed (compile error, wrong, crash, timeout),
-2 bad input or usage.
+2 bad input or usage, 3 kcoder's own evaluation failed (`kcoder eval`, verdict status error),
+128 + N ended by signal N (SIGTERM, SIGHUP; 130 for Ctrl-C).
 """
 
 from __future__ import annotations

@@ -37,9 +37,6 @@ class Profile:
     temperature: float | None = 0.2
     tools: list[ToolAlias] = field(default_factory=list)
 
-    def tool_names(self) -> list[str]:
-        return [t.exposed for t in self.tools]
-
 
 def _alias(entry: str | dict[str, Any]) -> ToolAlias:
     if isinstance(entry, str):

@@ -158,10 +158,6 @@ class Toolbox:
     def names(self) -> list[str]:
         return list(self._offered)
 
-    def kcoder_name(self, exposed: str) -> str:
-        spec_alias = self._offered.get(exposed)
-        return spec_alias[0].name if spec_alias else exposed
-
     def _schema_of(self, spec: ToolSpec, alias: ToolAlias) -> dict[str, Any]:
         to_exposed = {kc: ex for ex, kc in alias.args.items()}
         params = json.loads(json.dumps(spec.parameters))  # deep copy; the spec stays shared
