@@ -17,12 +17,12 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kcoder.paths import cache_root, package_root
+from kcoder.procs import run
 from kcoder.redact import is_secret_name
 
 SANDBOX_MODES = ("auto", "bwrap", "none")
@@ -77,12 +77,8 @@ def bwrap_usable() -> str | None:
     path = shutil.which("bwrap")
     if not path:
         return None
-    try:
-        ok = subprocess.run([path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                            capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    return path if ok else None
+    probe = run([path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], 30, Path("/"))
+    return path if probe.rc == 0 else None
 
 
 def resolve_mode(mode: str) -> tuple[str, str | None]:
