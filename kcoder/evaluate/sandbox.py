@@ -21,11 +21,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kcoder.choices import SANDBOX_MODES, check_choice
 from kcoder.paths import cache_root, package_root
 from kcoder.procs import run
 from kcoder.redact import is_secret_name
 
-SANDBOX_MODES = ("auto", "bwrap", "none")
 MARKER = "KCODER_EVAL_ID"
 # Variables a build or a CUDA program legitimately needs; anything else is dropped.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
@@ -83,8 +83,7 @@ def bwrap_usable() -> str | None:
 
 def resolve_mode(mode: str) -> tuple[str, str | None]:
     """('bwrap' | 'none', note): auto takes bwrap where it works; the note says what is missing."""
-    if mode not in SANDBOX_MODES:
-        raise ValueError(f"--sandbox must be one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
+    check_choice("--sandbox", mode, SANDBOX_MODES)
     if mode == "none":
         return "none", "sandbox off (--sandbox none): the candidate ran with a scrubbed environment only"
     if bwrap_usable():
