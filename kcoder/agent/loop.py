@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.agent import prompts
-from kcoder.agent.llm import LLM, LLMError, Reply, ToolCall, Usage, shorten_arguments
+from kcoder.agent.llm import LLM, LLMError, shorten_arguments
 from kcoder.agent.toolbox import Observation, Toolbox, ToolContext, check_plain_build, judge_file
+from kcoder.replies import Reply, ToolCall, Usage
 from kcoder.settings import DEFAULT_TARGET
 from kcoder.verdict import Verdict
 

@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import kcoder
-from kcoder.agent.llm import ToolCall
 from kcoder.agent.profiles import ToolAlias
+from kcoder.replies import ToolCall
 from kcoder.workspace import CANDIDATE, Workspace, WorkspaceError
 
 if TYPE_CHECKING:

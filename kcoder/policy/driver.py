@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcoder.agent.llm import Reply, ToolCall, Usage
+from kcoder.replies import Reply, ToolCall, Usage
 from kcoder.settings import BUILTIN, Settings
 from kcoder.workspace import CANDIDATE, Workspace
 
