@@ -2,7 +2,8 @@
 so `kcoder --help` stays instant.
 
 Exit codes: 0 success, 1 the candidate failed (compile error, wrong, crash, timeout),
-2 bad input or usage.
+2 bad input or usage, 3 kcoder's own evaluation failed (`kcoder eval`, verdict status error),
+128 + N ended by signal N (SIGTERM, SIGHUP; 130 for Ctrl-C).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
+from kcoder.choices import TuneStrategy
 from kcoder.cli_options import (
     ALLOW,
     API_BASE,
@@ -126,9 +128,6 @@ def _evaluate_with_status(evaluate: Callable[..., Any], problem: Path, candidate
 
     with live_status(console(stderr=True), f"evaluating {candidate.name}", announce=False) as update:
         return evaluate(problem, candidate, replace(options, on_stage=update))
-
-
-TuneStrategy = Literal["auto", "exhaustive", "tpe", "evolution"]
 
 
 @app.command("tune")
@@ -278,11 +277,10 @@ def profile_command(
     """Profile CANDIDATE's kernels: Nsight Compute metrics per kernel, roofline against the
     measured device, ptxas resources; a torch.profiler timeline when ncu cannot run."""
     from kcoder.problem import ProblemError
-    from kcoder.profile.options import ProfileOptions
     from kcoder.profile.profiler import profile_candidate
 
-    options = ProfileOptions(device=device, full=full, precision=precision, ncu=ncu, ncu_timeout_s=ncu_timeout,
-                             save_prefix=save_ncu, sandbox=sandbox)
+    options = Settings(device=device, precision=precision, sandbox=sandbox).profile_options(  # type: ignore[arg-type]
+        full=full, ncu=ncu, ncu_timeout_s=ncu_timeout, save_prefix=save_ncu)
     try:
         report = profile_candidate(problem, candidate, options)
     except (ProblemError, ValueError) as exc:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import typer
 
 from kcoder.settings import (
+    BUILTIN,
     DEFAULT_BUDGET_S,
     DEFAULT_TARGET,
     Device,
@@ -54,7 +55,8 @@ def with_options(*options: inspect.Parameter) -> Callable[[F], F]:
 
 # The agent commands' options (optimize, chat), each declared once.
 MODEL = option("model", Annotated[str | None, typer.Option(
-    envvar="KCODER_MODEL", help="litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME.")])
+    envvar="KCODER_MODEL", help=f"litellm model, e.g. anthropic/..., openai/..., hosted_vllm/NAME; {BUILTIN}: "
+    "kcoder's built-in policy (no LLM).")])
 API_BASE = option("api_base", Annotated[str | None, typer.Option(
     help="OpenAI-compatible server URL (vLLM, SGLang ...).")])
 DEVICE = option("device", DeviceOpt)

@@ -1,6 +1,13 @@
 """The one way kcoder runs a child process: its own session (process group), a deadline,
 a known environment, output through a file (a chatty child can never block kcoder), and
-the whole group killed at the end, stray children included.
+the whole group killed at the end, stray children included (`run`); or, for a job meant to
+outlive its starter, its own session and nothing else (`spawn_detached`).
+
+Three starters stay outside on purpose, each ended by this module's `kill_group` or by
+itself: the evaluator's two processes (evaluate/spawn.py: long-lived peers on pipes to the
+judge), the reaper's one child (evaluate/reaper.py: it must stay in the reaper's group and
+inherit its stdio; the reaper is the killer) and the MCP server's optimize job (mcp/jobs.py:
+an async process whose lines are streamed as they come).
 """
 
 from __future__ import annotations
@@ -62,15 +69,19 @@ def read_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
 
 
 def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] | None = None,
-        tail_bytes: int | None = OUTPUT_TAIL_BYTES) -> RunResult:
+        tail_bytes: int | None = OUTPUT_TAIL_BYTES, stdin_text: str | None = None) -> RunResult:
     """Run `cmd` in a new session; at the limit SIGKILL its whole process group. The output
     (stdout and stderr together) is kept up to its last `tail_bytes` (None: all of it, for
-    output that is data, such as ncu's CSV pages)."""
+    output that is data, such as ncu's CSV pages). `stdin_text` is its input (from a file,
+    so a child that does not read it cannot block kcoder either)."""
     started = time.monotonic()
-    with tempfile.NamedTemporaryFile(prefix="kcoder-run-") as log:
+    with tempfile.NamedTemporaryFile(prefix="kcoder-run-") as log, tempfile.TemporaryFile() as stdin:
+        stdin.write((stdin_text or "").encode())
+        stdin.seek(0)
         try:
             proc = subprocess.Popen(list(cmd), cwd=cwd, env=None if env is None else dict(env), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stderr=subprocess.STDOUT, stdin=stdin if stdin_text is not None else
+                                    subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             return RunResult(None, f"cannot run {cmd[0]}: {exc}", False, 0.0)
         timed_out = False
@@ -84,3 +95,12 @@ def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] 
         output = read_tail(Path(log.name), tail_bytes) if tail_bytes else Path(log.name).read_bytes().decode(
             errors="replace")
     return RunResult(None if timed_out else proc.returncode, output, timed_out, round(time.monotonic() - started, 2))
+
+
+def spawn_detached(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """Start `cmd` in its own session, without input or output, and leave it running: for jobs
+    that must outlive the process group that starts them (build/detached.py keeps the handle;
+    the job's own command carries its time limit)."""
+    return subprocess.Popen(list(cmd), start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=None if env is None else dict(env))

@@ -1,7 +1,8 @@
 """What the commands share: one declaration of the evaluation policy, the model and the limits.
 
 `kcoder eval`, `optimize`, `chat` and `profile` each build one Settings from their options;
-the evaluator's own options (EvalOptions) are derived from it by `Settings.eval_options()`.
+the evaluator's and the profiler's own options are derived from it by `Settings.eval_options()`
+and `Settings.profile_options()`, the only places they are built from settings.
 Light on purpose: the CLI imports this module for its option types, so nothing heavy here.
 """
 
@@ -9,17 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
+
+from kcoder.choices import (  # the values each option may take (the CLI imports them from here too)
+    BUILTIN,
+    TOOL_CALL_MODES,
+    Device,
+    Precision,
+    SandboxMode,
+    Stage,
+    StartFrom,
+    ToolCallMode,
+    check_choice,
+)
 
 if TYPE_CHECKING:
     from kcoder.evaluate.options import EvalOptions
-
-Device = Literal["cpu", "cuda"]
-Stage = Literal["build", "verify", "timing"]  # where an evaluation stops
-Precision = Literal["strict", "relaxed"]
-ToolCallMode = Literal["native", "text", "auto"]
-SandboxMode = Literal["auto", "bwrap", "none"]
-TOOL_CALL_MODES: tuple[str, ...] = get_args(ToolCallMode)
+    from kcoder.profile.options import ProfileOptions
 
 # A run succeeds at a verified candidate this many times faster than torch.compile. (The
 # reward rule's 5% margin, verdict.SPEEDUP_MARGIN, is a separate rule that happens to agree.)
@@ -47,6 +54,9 @@ class Settings:
     precision: Precision = "strict"
     stop_after: Stage = "timing"
     budget: float = DEFAULT_BUDGET_S
+    # Named as the flags (--plain-build, --no-compile) that the CLI and the suite's saved plans map
+    # onto these fields by name; EvalOptions says the same positively (fast_build, compile_baseline),
+    # and the two builders below are the only places that turn one into the other.
     plain_build: bool = False  # build exactly as plain load_inline does (no faster build)
     no_compile: bool = False  # skip the torch.compile baseline
     sandbox: SandboxMode = "auto"  # how the candidate's process is confined (evaluate/sandbox.py)
@@ -65,7 +75,7 @@ class Settings:
     runs_dir: Path | None = None
     resume: Path | None = None
     commit: bool = False  # optimize: commit the best verified kernel afterwards
-    start: str | None = None  # optimize with a model: "builtin" starts from the built-in policy's kernel
+    start: StartFrom | None = None  # optimize with a model: start from the built-in policy's kernel
     tune_trials: int | None = None  # the built-in policy's tuning budget (points judged)
     verbose: bool = False  # optimize, chat: show whole files and diffs after each tool call
     preflight: bool = True  # optimize: baselines and speed of light before the first turn
@@ -89,18 +99,30 @@ class Settings:
                        timing_budget_s=self.budget, fast_build=not self.plain_build,
                        compile_baseline=not self.no_compile, sandbox=self.sandbox)
 
+    def profile_options(self, full: bool = False, **overrides: Any) -> ProfileOptions:
+        """The profiler's options for these settings (the device and precision policy);
+        `overrides`: the profiler's own knobs (ncu binary, time limits, saved reports)."""
+        from kcoder.profile.options import ProfileOptions
+
+        return ProfileOptions(device=self.device, full=full, precision=self.precision, sandbox=self.sandbox,
+                              **overrides)
+
     def validate(self) -> None:
         """ValueError naming the bad option (device, allow, precision, target, limits)."""
         self.eval_options().validate()
-        if self.tool_call is not None and self.tool_call not in TOOL_CALL_MODES:
-            raise ValueError(f"tool-call mode must be one of {', '.join(TOOL_CALL_MODES)}, "
-                             f"not {self.tool_call!r}")
-        if self.start not in (None, "builtin"):
-            raise ValueError(f"--start must be builtin, not {self.start!r}")
+        if self.tool_call is not None:
+            check_choice("tool-call mode", self.tool_call, TOOL_CALL_MODES)
+        if self.start is not None:
+            check_choice("--start", self.start, (BUILTIN,))
         if self.tune_trials is not None and self.tune_trials < 1:
             raise ValueError("--tune-trials must be at least 1")
         if self.target <= 0 or self.max_turns < 1:
             raise ValueError("--target must be > 0 and --max-turns at least 1")
+
+    def policy_answers(self, chat: bool = False) -> bool:
+        """Whether kcoder's built-in policy is the model: named, or no model outside chat
+        (chat without a model runs slash commands only)."""
+        return self.model == BUILTIN or (not self.model and not chat)
 
     def runs_base(self, problem: Path) -> Path:
         """Where this problem's run directories go."""

@@ -115,10 +115,9 @@ class Verdict:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
-def plain_build_ok(verdict: Verdict | dict[str, Any]) -> bool:
+def plain_build_ok(verdict: Verdict) -> bool:
     """A verdict's "plain_build" check passed (or was never run: older runs, --plain-build)."""
-    value = verdict.get("plain_build") if isinstance(verdict, dict) else verdict.plain_build
-    return value in (None, "verified")
+    return verdict.plain_build in (None, "verified")
 
 
 def reward_for(correct: bool, speedup_vs_eager: float | None, speedup_vs_compile: float | None) -> int:

@@ -31,11 +31,10 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
         return Observation("profile needs the cuda target (a CUDA GPU); this run targets "
                            f"{ctx.options.device}. Use benchmark for timings.", ok=False)
     from kcoder.problem import ProblemError
-    from kcoder.profile.options import ProfileOptions
     from kcoder.profile.render import summary_text
+    from kcoder.settings import Settings
 
-    options = ProfileOptions(device="cuda", full=bool(args.get("full")), precision=ctx.options.precision,
-                             sandbox=ctx.options.sandbox)
+    options = Settings.from_eval_options(ctx.options).profile_options(full=bool(args.get("full")))
     try:
         report = ctx.profiler()(ctx.workspace.reference, target, options)
     except (ProblemError, ValueError) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcoder.agent.toolbox import Observation, ToolContext
+from kcoder.choices import TUNE_STRATEGIES
 
 NAME = "tune"
 DESCRIPTION = (
@@ -21,7 +22,7 @@ PARAMETERS = {
     "type": "object",
     "properties": {
         "path": {"type": "string", "description": "candidate file, default model_new.py"},
-        "strategy": {"type": "string", "enum": ["auto", "exhaustive", "tpe", "evolution"],
+        "strategy": {"type": "string", "enum": list(TUNE_STRATEGIES),
                      "description": "auto (exhaustive when the space fits the trial budget, else tpe)"},
         "trials": {"type": "integer", "description": "points to judge at most (default 24)"},
         "time_s": {"type": "number", "description": "seconds at most (default 900)"},

@@ -16,7 +16,7 @@ from kcoder.agent.profiles import Profile, concrete_tool_call_mode, resolve_prof
 from kcoder.agent.skills import SkillCatalog
 from kcoder.agent.status import evaluator_with_status, profiler_with_status
 from kcoder.agent.toolbox import Evaluator, Profiler, Toolbox, ToolContext
-from kcoder.settings import Settings
+from kcoder.settings import BUILTIN, Settings
 from kcoder.workspace import Workspace
 
 Mode = Literal["optimize", "chat"]
@@ -25,13 +25,14 @@ Mode = Literal["optimize", "chat"]
 def resolve_model(settings: Settings) -> tuple[Profile, str]:
     """The model's profile and its concrete tool-call mode (native or text). ValueError names
     what is wrong: an unknown profile or tool-call mode, a missing API key."""
-    profile = resolve_profile(settings.model or "", settings.profile, settings.tool_call)
-    if not settings.model:  # chat before /model: slash commands only, nothing to ask litellm
+    llm_model = "" if settings.model == BUILTIN else settings.model or ""
+    profile = resolve_profile(llm_model, settings.profile, settings.tool_call)
+    if not llm_model:  # the built-in policy, or chat before /model: nothing to ask litellm
         return profile, "native"
-    missing = missing_key_message(settings.model, settings.api_base)
+    missing = missing_key_message(llm_model, settings.api_base)
     if missing:
         raise ValueError(missing)
-    return profile, concrete_tool_call_mode(profile, settings.model)
+    return profile, concrete_tool_call_mode(profile, llm_model)
 
 
 def build_agent(settings: Settings, workspace: Workspace, out: ui.Output, *, mode: Mode = "optimize",
@@ -44,11 +45,11 @@ def build_agent(settings: Settings, workspace: Workspace, out: ui.Output, *, mod
     profile, tool_mode = resolve_model(settings)
     if llm is not None:
         tool_mode = llm.tool_mode
-    elif settings.model or mode == "chat":
+    elif not settings.policy_answers(chat=mode == "chat"):
         llm = LLM(model=settings.model or "", api_base=settings.api_base, tool_mode=tool_mode,
                   temperature=profile.temperature, max_output_tokens=profile.max_output_tokens,
                   stream=settings.stream, on_text=out.assistant_text, on_notice=out.warn)
-    else:  # no model: kcoder's built-in policy answers the loop's queries
+    else:  # kcoder's built-in policy answers the loop's queries
         from kcoder.policy.driver import PolicyModel
 
         llm, tool_mode = PolicyModel(workspace, settings, on_text=out.assistant_text), "native"
@@ -83,7 +84,7 @@ def system_prompt(settings: Settings, ctx: ToolContext, toolbox: Toolbox, tool_m
 
 def _meta(settings: Settings, profile: Profile, tool_mode: str, mode: Mode) -> dict[str, Any]:
     """The head of each session's start record in the trajectory."""
-    model = settings.model or (None if mode == "chat" else "builtin")
+    model = BUILTIN if settings.policy_answers(chat=mode == "chat") else settings.model
     return {**({"mode": "chat"} if mode == "chat" else {}), "model": model,
             "profile": profile.name, "tool_mode": tool_mode, "device": settings.device,
             "target": settings.target, "api_base": settings.api_base,

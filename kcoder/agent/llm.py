@@ -19,6 +19,8 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from kcoder.replies import Reply, ToolCall, Usage
+
 TextCallback = Callable[[str], None]
 
 # ```tool / ```tool_call / ```json fences; the closing fence must start a line, so "```"
@@ -29,41 +31,6 @@ _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 class LLMError(Exception):
     """A fatal model-access error; str() is one line for the user. Ends the run."""
-
-
-@dataclass
-class ToolCall:
-    """One tool call from the model. `arguments` is the raw JSON text; `error` is set when the
-    call could not even be parsed (the toolbox answers it with an error observation)."""
-
-    id: str
-    name: str
-    arguments: str
-    error: str = ""
-
-
-@dataclass
-class Reply:
-    """One assistant turn: its text, its tool calls, and the message to append to history."""
-
-    text: str
-    tool_calls: list[ToolCall]
-    message: dict[str, Any]
-
-
-@dataclass
-class Usage:
-    """Running totals for a run. Cost is 0 for models litellm has no price for (local ones)."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    retries: int = 0
-
-    def add(self, other: dict[str, Any]) -> None:
-        for key in ("calls", "prompt_tokens", "completion_tokens", "cost", "retries"):
-            setattr(self, key, getattr(self, key) + other.get(key, 0))
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.agent import prompts
-from kcoder.agent.llm import LLM, LLMError, Reply, ToolCall, Usage, shorten_arguments
+from kcoder.agent.llm import LLM, LLMError, shorten_arguments
 from kcoder.agent.toolbox import Observation, Toolbox, ToolContext, check_plain_build, judge_file
-from kcoder.settings import DEFAULT_TARGET
+from kcoder.replies import Reply, ToolCall, Usage
+from kcoder.settings import BUILTIN, DEFAULT_TARGET
 from kcoder.verdict import Verdict
 
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -331,7 +332,7 @@ class Agent:
                 stop = stop or AgentStop("stuck", f"the same failing {call.name} call was repeated "
                                          f"{self._fail_count} times")
         if obs.finish and stop is None:
-            by = "the built-in policy finished its steps" if self.meta.get("model") == "builtin" else \
+            by = "the built-in policy finished its steps" if self.meta.get("model") == BUILTIN else \
                 "the model called finish"
             stop = AgentStop("finished", by)
         return stop

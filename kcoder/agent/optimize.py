@@ -21,7 +21,7 @@ from kcoder.agent.preflight import roofline_preflight, stop_report
 from kcoder.agent.report import build_report, commit_record, print_summary
 from kcoder.agent.toolbox import Evaluator
 from kcoder.problem import ProblemError, load_problem
-from kcoder.settings import Settings
+from kcoder.settings import BUILTIN, Settings
 from kcoder.verdict import plain_build_ok
 from kcoder.workspace import Workspace, WorkspaceError
 
@@ -63,7 +63,7 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
             agent.resume()
         else:
             task = prompts.task_prompt(ws.reference_source(), settings.device)
-            if settings.start == "builtin" and settings.model:
+            if settings.start == BUILTIN and not settings.policy_answers():
                 task += start_from_builtin(ws, settings, out, evaluator)
             agent.start(task)
             agent.restore_best()  # the built-in policy's kernel, when it made one

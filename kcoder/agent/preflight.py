@@ -91,9 +91,9 @@ def _room(headroom: float) -> str:
 
 def stop_report(ws: Workspace, settings: Settings, out: ui.Output, pre: Preflight, profile: str) -> int:
     """End a run the preflight stopped: its report (status out_of_reach, the reason) and 1."""
-    from kcoder.agent.llm import Usage
     from kcoder.agent.loop import RunResult
     from kcoder.agent.report import build_report, print_summary
+    from kcoder.replies import Usage
 
     result = RunResult(status=OUT_OF_REACH, message=pre.message, turns=0, best=None, target_reached=False,
                        usage=Usage(), seconds=float((pre.figures or {}).get("seconds", 0.0)))

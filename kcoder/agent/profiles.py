@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcoder.settings import TOOL_CALL_MODES
+from kcoder.choices import TOOL_CALL_MODES, check_choice
 
 PROFILES_FILE = Path(__file__).with_name("profiles.json")
 
@@ -36,9 +36,6 @@ class Profile:
     max_output_tokens: int = 8192
     temperature: float | None = 0.2
     tools: list[ToolAlias] = field(default_factory=list)
-
-    def tool_names(self) -> list[str]:
-        return [t.exposed for t in self.tools]
 
 
 def _alias(entry: str | dict[str, Any]) -> ToolAlias:
@@ -79,9 +76,7 @@ def resolve_profile(model: str, name: str | None = None, tool_call: str | None =
         chosen = next(p for p in profiles
                       if any(fnmatch.fnmatchcase(lowered, m.lower()) for m in p.match))
     if tool_call:
-        if tool_call not in TOOL_CALL_MODES:
-            raise ValueError(f"tool-call mode must be one of {', '.join(TOOL_CALL_MODES)}, "
-                             f"not {tool_call!r}")
+        check_choice("tool-call mode", tool_call, TOOL_CALL_MODES)
         chosen.tool_call = tool_call
     return chosen
 

@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import kcoder
-from kcoder.agent.llm import ToolCall
 from kcoder.agent.profiles import ToolAlias
+from kcoder.replies import ToolCall
 from kcoder.workspace import CANDIDATE, Workspace, WorkspaceError
 
 if TYPE_CHECKING:
@@ -157,10 +157,6 @@ class Toolbox:
     @property
     def names(self) -> list[str]:
         return list(self._offered)
-
-    def kcoder_name(self, exposed: str) -> str:
-        spec_alias = self._offered.get(exposed)
-        return spec_alias[0].name if spec_alias else exposed
 
     def _schema_of(self, spec: ToolSpec, alias: ToolAlias) -> dict[str, Any]:
         to_exposed = {kc: ex for ex, kc in alias.args.items()}

@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from kcoder.procs import spawn_detached
+
 
 def running(marker: Path, limit_s: float) -> bool:
     try:
@@ -24,8 +26,7 @@ SPAWNED: list[subprocess.Popen] = []
 
 def spawn(script: str, env: dict[str, str] | None = None) -> None:
     """Run the shell `script` in its own session, detached from this process's terminal."""
-    SPAWNED.append(subprocess.Popen(["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+    SPAWNED.append(spawn_detached(["sh", "-c", script], env))
 
 
 def pending() -> int:

@@ -34,12 +34,12 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kcoder import procs
 from kcoder.build import detached, diagnostics, lightheader
 from kcoder.paths import cache_root
 
@@ -249,11 +249,8 @@ _IDENTITIES: dict[str, str] = {}
 
 def _compiler_identity(cxx: str) -> str:
     if cxx not in _IDENTITIES:
-        try:
-            out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
-        _IDENTITIES[cxx] = out.strip()
+        version = procs.run([cxx, "--version"], 30, Path.cwd())
+        _IDENTITIES[cxx] = version.output.strip() if version.rc == 0 else ""
     return _IDENTITIES[cxx]
 
 

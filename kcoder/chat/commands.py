@@ -16,7 +16,8 @@ from kcoder.agent.report import commit_record
 from kcoder.agent.toolbox import check_plain_build
 from kcoder.chat.accepted import NotVerified, accept
 from kcoder.chat.io import InputOutput
-from kcoder.chat.session import ChatError, ChatSession
+from kcoder.chat.session import BUILTIN_NOTE, ChatError, ChatSession
+from kcoder.settings import BUILTIN
 from kcoder.verdict import plain_build_ok
 from kcoder.workspace import WorkspaceError, render_report_md
 
@@ -136,13 +137,11 @@ class Commands:
         path, label = self._file(" ".join(w for w in words if w != "--full"), s.ws.candidate)
         if not path.is_file():
             raise ChatError(f"{label} does not exist yet: ask the model to write it")
-        from kcoder.profile.options import ProfileOptions
         from kcoder.profile.render import render, summary_text
 
         full = "--full" in words
         try:
-            report = s.profile_kernels(s.ws.reference, path, ProfileOptions(
-                device="cuda", full=full, precision=s.options.precision, sandbox=s.options.sandbox))
+            report = s.profile_kernels(s.ws.reference, path, s.settings.profile_options(full=full))
         except (ProblemError, ValueError) as exc:
             raise ChatError(str(exc)) from exc
         self.io.end_stream()
@@ -273,9 +272,11 @@ class Commands:
             s.set_model(arg)
         self.io.say(f"model: {s.model or '(none)'}  ·  profile {s.profile_name}  ·  "
                     f"{s.tool_mode} tool calls" + (f"  ·  {s.settings.api_base}" if s.settings.api_base else ""))
+        if s.model == BUILTIN:
+            self.io.note(BUILTIN_NOTE)
 
     def completions_model(self, arg: str) -> list[str]:
-        return ["anthropic/claude-sonnet-4-5", "openai/gpt-5", "gemini/gemini-2.5-pro",
+        return [BUILTIN, "anthropic/claude-sonnet-4-5", "openai/gpt-5", "gemini/gemini-2.5-pro",
                 "hosted_vllm/", "ollama_chat/"]
 
     def cmd_skills(self, arg: str) -> None:

@@ -11,9 +11,9 @@ from prompt_toolkit.document import Document
 
 from kcoder.chat.commands import Commands, QuitChat
 from kcoder.chat.io import InputOutput
-from kcoder.chat.session import ChatError, ChatSession
+from kcoder.chat.session import BUILTIN_NOTE, ChatError, ChatSession
 from kcoder.problem import ProblemError
-from kcoder.settings import Settings
+from kcoder.settings import BUILTIN, Settings
 from kcoder.shutdown import Terminated
 from kcoder.workspace import WorkspaceError
 
@@ -100,7 +100,9 @@ def run_chat(problem: Path, settings: Settings, *, io: InputOutput | None = None
     commands = Commands(session, io)
     io.set_completer(ChatCompleter(commands))
     io.say(f"kcoder chat · {session.problem.name} on {settings.device} · run directory {session.ws.root}")
-    if session.model:
+    if session.model == BUILTIN:
+        io.note(f"model {BUILTIN}: {BUILTIN_NOTE} · /help lists the commands")
+    elif session.model:
         io.note(f"model {session.model} ({session.profile_name}, {session.tool_mode} tool calls) · "
                 "/help lists the commands")
     else:

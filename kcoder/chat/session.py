@@ -30,7 +30,11 @@ CANCELLED = ("Cancelled: the user pressed Ctrl-C before this call finished (a ru
              "evaluation was killed). Wait for the user's next request.")
 
 NO_MODEL = ("no model, so only slash commands work: pick one with /model NAME (e.g. "
-            "anthropic/claude-sonnet-4-5, or hosted_vllm/<served-name> with --api-base)")
+            "anthropic/claude-sonnet-4-5, hosted_vllm/<served-name> with --api-base, or builtin "
+            "for kcoder's built-in policy)")
+
+BUILTIN_NOTE = ("the built-in policy reads no requests: each message runs its next steps (write the "
+                "kernel, verify, tune, finish); /model NAME switches to an LLM")
 
 
 class ChatError(Exception):

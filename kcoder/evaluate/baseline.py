@@ -19,7 +19,6 @@ from kcoder.evaluate import basecache
 from kcoder.evaluate.channel import ChannelError
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sandbox import resolve_mode
-from kcoder.evaluate.sol import sol_fraction
 from kcoder.evaluate.spawn import Children
 from kcoder.problem import ProblemError, load_problem
 
@@ -49,10 +48,6 @@ class ReferenceFigures:
         if not self.sol_us or not self.compile_us:
             return None
         return self.compile_us / self.sol_us
-
-    def fractions(self) -> dict[str, float | None]:
-        return {"eager": sol_fraction(self.sol_us, self.eager_us),
-                "compile": sol_fraction(self.sol_us, self.compile_us)}
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "compile_headroom": self.compile_headroom}

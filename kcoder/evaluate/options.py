@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-ALLOWABLE = ("gemm", "conv")
+from kcoder.choices import ALLOWABLE, DEVICES, PRECISIONS, SANDBOX_MODES, STAGES, check_choice
+
 # Set by `kcoder mcp` for the `kcoder optimize` runs it starts: the problem came from an MCP client.
 CONFINE_PROBLEM_ENV = "KCODER_CONFINE_PROBLEM"
-PRECISIONS = ("strict", "relaxed")
 
 
 def confined_problem() -> bool:
@@ -28,7 +28,7 @@ class EvalOptions:
     stages: stop after "compile" (host work only: the candidate's module imported, nothing on the
     device, no reference process; tune's build-ahead), "build", "verify" or run "timing" too.
     fast_build: let kcoder build the candidate's extension faster (precompiled torch header,
-    torch-free CUDA unit; same code, see harness/fastbuild.py); False builds exactly as plain
+    torch-free CUDA unit; same code, see build/fastbuild.py); False builds exactly as plain
     load_inline does.
     """
 
@@ -71,17 +71,13 @@ class EvalOptions:
     on_stage: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     def validate(self) -> None:
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', not {self.device!r}")
+        check_choice("device", self.device, DEVICES)
         bad = [a for a in self.allow if a not in ALLOWABLE]
         if bad:
             raise ValueError(f"--allow accepts {', '.join(ALLOWABLE)}; unknown: {', '.join(bad)}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        if self.stop_after not in ("compile", "build", "verify", "timing"):
-            raise ValueError(f"stop_after must be compile, build, verify or timing, not {self.stop_after!r}")
-        if self.sandbox not in ("auto", "bwrap", "none"):
-            raise ValueError(f"--sandbox must be auto, bwrap or none, not {self.sandbox!r}")
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("stop_after", self.stop_after, STAGES)
+        check_choice("--sandbox", self.sandbox, SANDBOX_MODES)
         if self.n_input_sets < 5:
             raise ValueError("at least 5 input sets are verified")
 

@@ -17,15 +17,15 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kcoder.choices import SANDBOX_MODES, check_choice
 from kcoder.paths import cache_root, package_root
+from kcoder.procs import run
 from kcoder.redact import is_secret_name
 
-SANDBOX_MODES = ("auto", "bwrap", "none")
 MARKER = "KCODER_EVAL_ID"
 # Variables a build or a CUDA program legitimately needs; anything else is dropped.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
@@ -77,18 +77,13 @@ def bwrap_usable() -> str | None:
     path = shutil.which("bwrap")
     if not path:
         return None
-    try:
-        ok = subprocess.run([path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                            capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    return path if ok else None
+    probe = run([path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], 30, Path("/"))
+    return path if probe.rc == 0 else None
 
 
 def resolve_mode(mode: str) -> tuple[str, str | None]:
     """('bwrap' | 'none', note): auto takes bwrap where it works; the note says what is missing."""
-    if mode not in SANDBOX_MODES:
-        raise ValueError(f"--sandbox must be one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
+    check_choice("--sandbox", mode, SANDBOX_MODES)
     if mode == "none":
         return "none", "sandbox off (--sandbox none): the candidate ran with a scrubbed environment only"
     if bwrap_usable():

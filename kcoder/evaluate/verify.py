@@ -47,12 +47,6 @@ def _to_device(x: Any, device: str, i: int) -> Any:
         f"get_inputs()[{i}] is a {type(x).__name__}; inputs must be tensors or scalars")
 
 
-def clone_inputs(inputs: list[Any]) -> list[Any]:
-    import torch
-
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
 def inputs_equal(a: list[Any], b: list[Any]) -> bool:
     """Bitwise-equal (NaN equal to NaN) and same metadata."""
     import torch

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kcoder.choices import TUNE_STRATEGIES, TuneStrategy, check_choice
 from kcoder.mcp.confine import Confinement
 from kcoder.mcp.reports import RunIndex
 from kcoder.settings import Settings
@@ -85,7 +86,6 @@ def evaluate_call(state: ServerState, problem: str, ref: CandidateRef, stop_afte
 
 def profile_call(state: ServerState, problem: str, ref: CandidateRef, full: bool) -> str:
     """`kcoder profile --summary`: the compact profile text."""
-    from kcoder.profile.options import ProfileOptions
     from kcoder.profile.profiler import profile_candidate
     from kcoder.profile.render import summary_text
 
@@ -93,8 +93,7 @@ def profile_call(state: ServerState, problem: str, ref: CandidateRef, full: bool
     if state.settings.device != "cuda":
         raise ValueError(f"profile needs the cuda target (a CUDA GPU with Nsight Compute); this server runs "
                          f"with --device {state.settings.device}. Use eval for a verdict with timings.")
-    options = ProfileOptions(device="cuda", full=full, precision=state.settings.precision,
-                             sandbox=state.settings.sandbox)
+    options = state.settings.profile_options(full=full)
     with candidate_file(state, problem_path, ref) as candidate:
         report = profile_candidate(problem_path, candidate, options)
     return summary_text(report, full=full)
@@ -104,7 +103,7 @@ def profile_call(state: ServerState, problem: str, ref: CandidateRef, full: bool
 class TuneRequest:
     """The tune tool's own arguments (budgets, strategy)."""
 
-    strategy: str = "auto"
+    strategy: TuneStrategy = "auto"
     trials: int | None = None
     time_s: float | None = None
     budget: float = 1.0
@@ -120,8 +119,7 @@ def tune_call(state: ServerState, problem: str, ref: CandidateRef, request: Tune
 
     problem_path = state.confine.problem(problem)
     state.runs.remember(problem_path)
-    if request.strategy not in ("auto", "exhaustive", "tpe", "evolution"):
-        raise ValueError(f"strategy must be auto, exhaustive, tpe or evolution, not {request.strategy!r}")
+    check_choice("strategy", request.strategy, TUNE_STRATEGIES)
     if (request.trials is not None and request.trials < 1) or (request.time_s is not None and request.time_s <= 0):
         raise ValueError("trials must be at least 1 and time_s positive")
     settings = replace(state.settings, budget=request.budget)

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -33,6 +33,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from kcoder.choices import Stage, TuneStrategy
 from kcoder.evaluate.options import CONFINE_PROBLEM_ENV
 from kcoder.mcp import actions
 from kcoder.mcp.actions import CandidateRef, ServerState, TuneRequest
@@ -49,7 +50,7 @@ Problem = Annotated[str, Field(description="KernelBench problem file (Model, get
 CandidatePath = Annotated[str | None, Field(description="candidate file defining ModelNew (give this or source)")]
 CandidateSource = Annotated[str | None, Field(description="the candidate file's text, instead of a path; it "
                                                           "is written to a private temp file, never your tree")]
-StopAfter = Annotated[Literal["build", "verify", "timing"], Field(
+StopAfter = Annotated[Stage, Field(
     description="build, verify (correctness only, fast) or timing (also vs eager and torch.compile)")]
 Budget = Annotated[float | None, Field(description="seconds of measured time per implementation (default 3)")]
 NoCompile = Annotated[bool, Field(description="skip the torch.compile baseline (its speed-up is then unknown)")]
@@ -97,7 +98,7 @@ def register_judging(server: MCPServer, state: ServerState, where: str) -> None:
 
     async def tune_tool(problem: Problem, ctx: Context, candidate: CandidatePath = None,
                         source: CandidateSource = None,
-                        strategy: Literal["auto", "exhaustive", "tpe", "evolution"] = "auto",
+                        strategy: TuneStrategy = "auto",
                         trials: Annotated[int | None, Field(description="points judged at most")] = None,
                         time_s: Annotated[float | None, Field(description="seconds at most")] = None,
                         budget: Annotated[float, Field(description="measured seconds per point")] = 1.0,

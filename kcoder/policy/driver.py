@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcoder.agent.llm import Reply, ToolCall, Usage
-from kcoder.settings import Settings
+from kcoder.replies import Reply, ToolCall, Usage
+from kcoder.settings import BUILTIN, Settings
 from kcoder.workspace import CANDIDATE, Workspace
 
-MODEL_NAME = "builtin"
 DEFAULT_TRIALS = 6
 
 
@@ -74,14 +73,17 @@ class PolicyModel:
         self.ws, self.settings, self.on_text = workspace, settings, on_text
         self.usage = Usage()
         self.generated: Generated | None = None
+        self._id = f"{BUILTIN}-0"
 
     def notes(self) -> dict[str, Any]:
         """What the report says about the policy's work (kernels, unsupported ops)."""
         return read_notes(self.ws)
 
     def query(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
-        step = sum(1 for m in messages if m.get("role") == "assistant")
+        # Counted from the policy's own replies: in chat an LLM may have spoken before /model builtin.
+        step = sum(1 for m in messages if m.get("role") == "assistant" and _by_policy(m))
         self.usage.calls += 1
+        self._id = f"{BUILTIN}-{len(messages)}"  # unique in the conversation, whoever spoke before
         if step == 0:
             return self._write()
         if step == 1 and self.ws.candidate.is_file():
@@ -108,8 +110,11 @@ class PolicyModel:
     def _reply(self, text: str, tool: str, arguments: dict[str, Any]) -> Reply:
         if self.on_text:
             self.on_text(text + "\n")
-        n = self.usage.calls
         args = json.dumps(arguments)
         message = {"role": "assistant", "content": text, "tool_calls": [
-            {"id": f"builtin-{n}", "type": "function", "function": {"name": tool, "arguments": args}}]}
-        return Reply(text, [ToolCall(f"builtin-{n}", tool, args)], message)
+            {"id": self._id, "type": "function", "function": {"name": tool, "arguments": args}}]}
+        return Reply(text, [ToolCall(self._id, tool, args)], message)
+
+
+def _by_policy(message: dict[str, Any]) -> bool:
+    return any(str(c.get("id", "")).startswith(f"{BUILTIN}-") for c in message.get("tool_calls") or ())

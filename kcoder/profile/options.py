@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kcoder.choices import PRECISIONS, check_choice
+
 
 @dataclass
 class ProfileOptions:
@@ -27,5 +29,4 @@ class ProfileOptions:
         if self.device != "cuda":
             raise ValueError(f"kcoder profile profiles CUDA kernels; --device {self.device!r} is not supported "
                              "(use `kcoder eval --device cpu` to time a CPU candidate)")
-        if self.precision not in ("strict", "relaxed"):
-            raise ValueError(f"precision must be strict or relaxed, not {self.precision!r}")
+        check_choice("precision", self.precision, PRECISIONS)

@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -147,11 +146,10 @@ def demangle(kernels: list[KernelResources]) -> None:
     names = [k.name for k in kernels if k.name.startswith("_Z")]
     if not tool or not names:
         return
-    try:
-        out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
+    result = run([tool], 20, Path.cwd(), tail_bytes=None, stdin_text="\n".join(names))
+    if result.rc != 0:
         return
-    mapping = dict(zip(names, out.splitlines(), strict=False))
+    mapping = dict(zip(names, result.output.splitlines(), strict=False))
     for k in kernels:
         if mapping.get(k.name) and mapping[k.name] != k.name:
             k.demangled = mapping[k.name]

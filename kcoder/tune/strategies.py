@@ -24,9 +24,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from kcoder.choices import TUNE_STRATEGIES
 from kcoder.tune.space import Config, Space, config_key
 
-STRATEGIES = ("exhaustive", "tpe", "evolution", "auto")
 AUTO_EXHAUSTIVE_MAX = 64  # without a trial budget, auto enumerates spaces up to this size
 
 
@@ -105,7 +105,7 @@ def make_strategy(name: str, space: Space, trials: int | None, seed: int = 0) ->
             # a population a third of the budget: at least a few generations of selection
             sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(20, budget // 3)))
         else:
-            raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+            raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(TUNE_STRATEGIES)}")
     return OptunaStrategy(name, space, sampler)
 
 

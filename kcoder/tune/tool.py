@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.agent.toolbox import Observation, ToolContext, ToolError, judge_file
+from kcoder.choices import TUNE_STRATEGIES, check_choice
 from kcoder.tune.engine import TuneOptions, tune
 from kcoder.tune.report import importance, markdown_table, summary_lines, write_outputs
 from kcoder.tune.space import SpaceError, load_space
@@ -40,8 +41,10 @@ def tune_in_workspace(ctx: ToolContext, args: dict[str, Any]) -> Observation:
     topts = TuneOptions(strategy=args.get("strategy") or "auto", trials=trials,
                         time_s=float(args.get("time_s") or DEFAULT_TIME_S), plain_check=False,
                         profile_top=PROFILED_POINTS)
-    if topts.strategy not in ("auto", "exhaustive", "tpe", "evolution"):
-        raise ToolError("strategy must be auto, exhaustive, tpe or evolution")
+    try:
+        check_choice("strategy", topts.strategy, TUNE_STRATEGIES)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
     folder = _folder(ctx, target)
     # a point needs a stable median, not the confidence of a final claim: a shorter timing budget
     options = replace(ctx.options, timing_budget_s=min(ctx.options.timing_budget_s, 1.0))

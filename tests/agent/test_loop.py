@@ -204,10 +204,12 @@ def test_resume_continues_the_conversation(scripted, problem, tmp_path, api_key)
     assert [r.get("resumed", False) for r in records if r["type"] == "start"] == [False, True]
 
 
-def test_no_model_runs_the_builtin_policy_and_says_so(problem, tmp_path):
-    """The policy's steps through the loop (the fake evaluator: tests/policy builds for real)."""
-    code, out, run_dir = run_opt(problem, None, tmp_path, model=None, tune_trials=1)
-    assert out.startswith("no --model: running kcoder's built-in policy") and "--model" in out
+@pytest.mark.parametrize("model", [None, "builtin"])
+def test_no_model_runs_the_builtin_policy_and_says_so(problem, tmp_path, model):
+    """The policy's steps through the loop (the fake evaluator: tests/policy builds for real);
+    `--model builtin` names it (no litellm request, no API key asked)."""
+    code, out, run_dir = run_opt(problem, None, tmp_path, model=model, tune_trials=1)
+    assert (model is not None) != out.startswith("no --model: running kcoder's built-in policy")
     report = report_of(run_dir)
     # the fake evaluator's verdicts are fast: the tune step's benchmark reaches the target
     assert code == 0 and report["model"] == "builtin" and report["status"] == "target_reached"

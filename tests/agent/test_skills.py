@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kcoder.agent.llm import ToolCall
 from kcoder.agent.profiles import resolve_profile
 from kcoder.agent.skills import BUNDLED_DIR, SkillCatalog, list_skills
 from kcoder.agent.toolbox import Toolbox, ToolContext
 from kcoder.evaluate.options import EvalOptions
+from kcoder.replies import ToolCall
 from kcoder.workspace import Workspace
 
 REQUIRED = {"optimize-workflow", "kernel-fusion", "reductions-softmax-layernorm",

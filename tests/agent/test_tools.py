@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from kcoder.agent.llm import ToolCall
 from kcoder.agent.profiles import resolve_profile
 from kcoder.agent.toolbox import Observation, Toolbox, ToolContext
 from kcoder.evaluate.options import EvalOptions
+from kcoder.replies import ToolCall
 from kcoder.workspace import Workspace
 
 from .fakes import FakeEvaluator

@@ -33,7 +33,7 @@ def drive(problem: Path, keys: str, tmp_path: Path, *, server: ScriptedLLMServer
 
     out = io.StringIO()
     settings = Settings.from_eval_options(
-        options or fast_options(), model=model if server else None,
+        options or fast_options(), model=model if server or model == "builtin" else None,
         api_base=server.base_url if server else None, **{"tool_call": "native", "max_turns": 30,
                                                          "runs_dir": tmp_path / "runs", "resume": resume, **fields})
     with create_pipe_input() as pipe:

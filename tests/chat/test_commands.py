@@ -218,3 +218,37 @@ def test_profile_renders_the_report_and_tells_the_model(scripted, problem, tmp_p
     assert "profile (timeline) of" in run.output and "scale_add_relu_kernel" in run.output
     last = user_messages(server.requests[-1])[-1]
     assert last.startswith("[The user ran /profile on model_new.py; the profiler said:]")
+
+
+def _policy_tools(run_dir: Path) -> list[str]:
+    """The tools the built-in policy called, in order, from the trajectory."""
+    records = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()]
+    return [c["function"]["name"] for r in records if r.get("type") == "message"
+            for c in r["message"].get("tool_calls") or () if c["id"].startswith("builtin-")]
+
+
+def test_chat_with_model_builtin_runs_the_policy_steps(problem, tmp_path):
+    """`kcoder chat --model builtin`: a message runs the policy's steps as one turn, no LLM."""
+    run = drive(problem, enter("make it faster", "again", "/quit"), tmp_path, model="builtin",
+                evaluator=FakeEvaluator(), tune_trials=1)
+    assert run.code == 0 and run.run_dir is not None, run.output
+    assert "error" not in run.output and "reads no requests" in run.output
+    assert "Captured Model.forward and generated 1 kernel(s)" in run.output
+    assert "target reached" in run.output  # the fake evaluator's 1.2x after the tune step
+    assert _policy_tools(run.run_dir) == ["write_file", "verify", "tune", "finish"]
+    best = run.run_dir / "best" / "model_new.py"
+    assert best.read_text().startswith('"""Written by kcoder\'s built-in policy')
+    assert json.loads((run.run_dir / "report.json").read_text())["model"] == "builtin"
+
+
+def test_model_builtin_after_an_llm_turn_writes_the_policy_kernel(scripted, problem, tmp_path):
+    """/model builtin mid-conversation: the policy starts at its first step although the LLM
+    already spoke (the bug: litellm refused the name 'builtin')."""
+    server = scripted([reply("Hello; what should I do?")])
+    run = drive(problem, enter("hi", "/model builtin", "write a kernel", "/quit"), tmp_path,
+                server=server, evaluator=FakeEvaluator(), tune_trials=1)
+    assert run.code == 0 and run.run_dir is not None
+    assert len(server.requests) == 1 and "BadRequestError" not in run.output
+    assert "model: builtin" in run.output
+    assert _policy_tools(run.run_dir)[:2] == ["write_file", "verify"]
+    assert (run.run_dir / "model_new.py").read_text().startswith('"""Written by kcoder\'s built-in policy')

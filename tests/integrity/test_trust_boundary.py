@@ -29,11 +29,11 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 from helpers import PROBLEMS, ROOT, fast_options
+from machine import Watch, Window, can_run, process_table
 from sources import ATTACK_FUNCTIONS, attack_candidate_source, attack_part_cpp, candidate_source
 
 pytestmark = pytest.mark.slow
@@ -52,43 +52,9 @@ def unique_name() -> str:
     return "kc" + secrets.token_hex(5)
 
 
-def top_processes(n: int = 8) -> str:
-    """The n processes with the most CPU time in the last 0.2 s (pid, %cpu, name, command)."""
-    def ticks() -> dict[int, tuple[int, str]]:
-        out = {}
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry.name}/stat").read_text()
-                    fields = stat.rsplit(")", 1)[1].split()
-                    out[int(entry.name)] = (int(fields[11]) + int(fields[12]), stat[stat.find("(") + 1:stat.rfind(")")])
-                except (OSError, IndexError, ValueError):
-                    continue
-        return out
-    before = ticks()
-    time.sleep(0.2)
-    after = ticks()
-    hz = os.sysconf("SC_CLK_TCK")
-    busy = sorted(((t - before.get(pid, (t, ""))[0], pid, name) for pid, (t, name) in after.items()), reverse=True)
-    return "\n".join(f"{pid} {100 * d / hz / 0.2:.0f}% {name}" for d, pid, name in busy[:n] if d > 0) or "(none busy)"
-
-
 def named_pids(name: str) -> list[int]:
-    """Processes named `name` (their comm) that can still run code: not zombies, and not past
-    the point of exit where their memory is gone (a SIGKILLed process takes a moment to go)."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
-            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            pages = int(Path(f"/proc/{entry.name}/statm").read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            continue
-        if comm == name and state not in ("Z", "X") and pages > 0:
-            pids.append(int(entry.name))
-    return pids
+    """Processes named `name` (their comm) that can still run code (machine.can_run)."""
+    return [pid for pid, (_, _, comm) in process_table().items() if comm == name and can_run(pid)]
 
 
 def survivors(*names: str, wait_s: float = 5.0) -> list[int]:
@@ -442,54 +408,70 @@ def test_honest_candidate_accepted(tmp_path_factory, sandbox):
     assert any(note.startswith("judge's clock:") for note in verdict.notes), verdict.notes
 
 
-# Quarantined, both cases (see the stop notes of 2026-12-05): in full CI runs, and on 2026-12-05 in
-# 2 of 4 runs of this test alone (once [bwrap], once [none]), eager was timed 2.6-3.5x slower than
-# the honest run measured a minute earlier, while samples of the busiest processes at the start
-# and end of the baselines showed nothing busy and no daemon survived. Cause not found: a spinner
-# that lives only inside the baseline window, or no process at all. The evidence is emitted as a
-# warning (shown by `pytest -q` even for an xfailed case).
-_SLOWED = pytest.mark.xfail(reason="eager slowed 2.6-3.5x in some runs; cause not found yet", strict=False)
+# Background load started in __init__ (so in both the verification and the timing process): a
+# setsid'd daemon that spins at once, one that waits for the candidate's process to end and then
+# spins (aimed at the baselines), and a detached spinning thread. One evaluation per sandbox mode,
+# watched by tests/machine.py every 50 ms while the judge times its baselines, serves both tests.
+_SABOTAGED: dict[str, tuple[object, list[Window]]] = {}
 
 
-@pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=_SLOWED), pytest.param("none", marks=_SLOWED)])
-def test_baseline_sabotage_by_background_load(evaluate_candidate, tmp_path_factory, monkeypatch, sandbox):
-    """Background load started in __init__ (so in both the verification and the timing
-    process): a setsid'd daemon that spins at once, one that waits for the candidate's process
-    to end and then spins (aimed at the baselines), and a detached spinning thread. The
-    baselines are timed while no candidate process is alive, so they see none of it, and
-    nothing spins on afterwards."""
-    from kcoder.evaluate.judge import Judge
+def sabotaged(evaluate_candidate, monkeypatch, sandbox: str):
+    if sandbox not in _SABOTAGED:
+        from kcoder.evaluate.judge import Judge
 
-    names = [unique_name(), unique_name()]
-    seen_during_baselines: list[int] = []
-    timed = Judge.baselines
+        names = (unique_name(), unique_name())
+        watch, timed = Watch(names), Judge.baselines
 
-    busiest: list[str] = []  # what ran beside the baselines, for the failure message (see the xfail)
+        def watched_baselines(self, deadline):  # the judge runs in this process
+            with watch.window(allowed_root=self.children.ref_proc.pid):  # the reference process may run
+                return timed(self, deadline)
 
-    def watched_baselines(self, deadline):  # the judge runs in this process: watch its baselines
-        seen_during_baselines.extend(pid for name in names for pid in named_pids(name))
-        busiest.append(top_processes())
-        samples = timed(self, deadline)
-        busiest.append(top_processes())
-        seen_during_baselines.extend(pid for name in names for pid in named_pids(name))
-        return samples
+        monkeypatch.setattr(Judge, "baselines", watched_baselines)
+        init = "\n".join(f"_ext.start_daemon({n!r}, {mode}, False)" for mode, n in enumerate(names, 1))
+        init += "\n_ext.spin_thread(1.0)"
+        try:
+            verdict = dynamic(evaluate_candidate, attack_candidate_source(HONEST_FORWARD, init=init), sandbox, **TIMED)
+        finally:
+            left = survivors(*names)
+        assert not left, f"a spinning daemon outlived the evaluation: {left}"
+        _SABOTAGED[sandbox] = (verdict, watch.windows)
+    return _SABOTAGED[sandbox]
 
-    monkeypatch.setattr(Judge, "baselines", watched_baselines)
-    init = "\n".join(f"_ext.start_daemon({n!r}, {mode}, False)" for mode, n in enumerate(names, 1))
-    init += "\n_ext.spin_thread(1.0)"
-    verdict = dynamic(evaluate_candidate, attack_candidate_source(HONEST_FORWARD, init=init), sandbox, **TIMED)
-    try:
-        assert_accepted(verdict, sandbox)
-        assert not seen_during_baselines, "a spinning daemon was alive while the baselines were timed"
-        honest = honest_timed(sandbox, tmp_path_factory)
-        # Two spinners on a two-core runner would slow an OpenMP eager baseline several-fold.
-        if not verdict.eager_us < 2.5 * honest.eager_us:
-            slowed = (f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest; busiest "
-                      "processes at the baselines' start and end:\n" + "\n--\n".join(busiest))
-            warnings.warn(slowed, stacklevel=1)  # shown in `pytest -q`'s summary even under the xfail
-            pytest.fail(slowed)
-    finally:
-        assert not survivors(*names), "a spinning daemon outlived the evaluation"
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_no_candidate_process_runs_beside_the_baselines(evaluate_candidate, monkeypatch, sandbox):
+    """Deterministic: while the baselines are timed (both halves), no process of the candidate's
+    is alive, in this test's process tree or anywhere under the daemons' names; none survives."""
+    verdict, windows = sabotaged(evaluate_candidate, monkeypatch, sandbox)
+    assert_accepted(verdict, sandbox)
+    assert len(windows) == 2 and all(w.samples >= 1 for w in windows), [w.describe() for w in windows]
+    for window in windows:
+        assert not window.strays, f"the candidate's processes beside the baselines: {window.strays}"
+        assert not window.named, f"a spinning daemon beside the baselines: {window.named}"
+
+
+# The timing consequence, measured: eager within 2.5x of the honest run's. On a shared host (CI here:
+# two cores, several engineers' builds and tests) the eager baseline's OpenMP threads slow 2-3x
+# whenever other processes run, honest candidate or not: on 2026-12-05, sampled every 50 ms, every
+# baseline window had the CPUs 100% busy with other users' compilers and tests while nothing of the
+# candidate's was alive (honest eager 64-156 ms, sabotaged 95-173 ms, in the same hour). So the
+# comparison is made only on a quiet host; otherwise the test is skipped with what ran instead.
+FOREIGN_SHARE_MAX = 0.10
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_baselines_not_slowed_by_background_load(evaluate_candidate, monkeypatch, tmp_path_factory, sandbox):
+    verdict, windows = sabotaged(evaluate_candidate, monkeypatch, sandbox)
+    assert_accepted(verdict, sandbox)
+    busy = [w for w in windows if w.foreign_share() > FOREIGN_SHARE_MAX]
+    if busy:
+        pytest.skip("host busy with other processes while the baselines were timed (no comparison "
+                    "possible): " + "; ".join(w.describe() for w in busy))
+    honest = honest_timed(sandbox, tmp_path_factory)
+    # Two spinners on a two-core runner would slow an OpenMP eager baseline several-fold.
+    assert verdict.eager_us < 2.5 * honest.eager_us, (
+        f"eager {verdict.eager_us:.0f} us sabotaged vs {honest.eager_us:.0f} us honest on a quiet host; "
+        "baseline windows: " + "; ".join(w.describe() for w in windows))
 
 
 # --- the reply channel ------------------------------------------------------------------------------

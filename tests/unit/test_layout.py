@@ -131,3 +131,29 @@ def test_no_function_over_12_parameters():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameter_count(node) > MAX_PARAMS:
                 wide.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({parameter_count(node)})")
     assert not wide, f"functions over {MAX_PARAMS} parameters: {wide}"
+
+
+# Packages from the bottom up: a module may import its own package and those below it, never one
+# above (also not inside a function, where an import hides). Packages not listed are not checked.
+LAYERS = ["build", "evaluate", "profile", "policy", "agent", "tune", "chat", "mcp", "suite"]
+# The one upward edge left: the device ceilings the reference process needs for the speed of
+# light live in profile/ (issue 30: to move below evaluate/ once issue 28's ceiling work lands).
+KNOWN_UPWARD = {("kcoder.evaluate.reference", "kcoder.profile.ceilings")}
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) >= 2 and parts[1] in LAYERS else None
+
+
+def test_no_import_goes_up_a_layer():
+    upward = sorted((a, b) for a, targets in import_graph().items() for b in targets
+                    if layer(a) is not None and layer(b) is not None and layer(b) > layer(a))
+    assert set(upward) <= KNOWN_UPWARD, "imports that go up a layer:\n" + "\n".join(
+        f"{a} -> {b}" for a, b in upward if (a, b) not in KNOWN_UPWARD)
+
+
+def test_the_leaves_import_nothing_of_kcoder():
+    """The option values and the model's reply types are below everything that uses them."""
+    graph = import_graph()
+    assert graph["kcoder.choices"] == set() and graph["kcoder.replies"] == set()

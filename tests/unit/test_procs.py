@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kcoder.procs import OUTPUT_TAIL_BYTES, run
+from kcoder.procs import OUTPUT_TAIL_BYTES, run, spawn_detached
 
 
 def test_output_is_a_capped_tail_unless_it_is_data(tmp_path):
@@ -29,3 +29,22 @@ def test_deadline_kills_the_group(tmp_path):
     assert result.timed_out and result.rc is None and time.monotonic() - started < 30
     time.sleep(4)
     assert not marker.exists()  # the grandchild died with the group
+
+
+def test_input_reaches_the_child_and_a_child_that_ignores_it_is_not_blocked(tmp_path):
+    upper = run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"], 60, tmp_path,
+                stdin_text="mangled\nnames")
+    assert upper.rc == 0 and upper.output.split() == ["MANGLED", "NAMES"]
+    ignored = run([sys.executable, "-c", "print('done')"], 60, tmp_path, stdin_text="x" * 1_000_000)
+    assert ignored.rc == 0 and ignored.output.strip() == "done"
+    closed = run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], 60, tmp_path)
+    assert closed.output.strip() == "''"  # no input: /dev/null, never kcoder's terminal
+
+
+def test_a_detached_job_runs_in_a_session_of_its_own(tmp_path):
+    import os
+
+    out = tmp_path / "sid"
+    job = spawn_detached([sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(str(os.getsid(0)))"])
+    assert job.wait(timeout=60) == 0
+    assert int(out.read_text()) == job.pid != os.getsid(0)  # a session of its own: a group kill here misses it
