@@ -311,6 +311,31 @@ lock() {
   python3 tests/gpu/lock_check.py "$KCODER_DEVICE_TRACE" "$out/lock_profile.json"
 }
 
+# accept: issue 27's acceptance check in one short call: every pair in ACCEPT_PAIRS (a carried file:
+#     "PROBLEM CANDIDATE" per line; hand solutions and the policy's candidates) built in parallel,
+#     then judged by kcoder eval one at a time (--allow gemm,conv); a table of verdicts last.
+accept() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  MAX_JOBS=4 xargs -P 8 -L 1 sh -c 'python3 -m kcoder eval "$0" "$1" --device cuda --stop-after build \
+      --allow gemm,conv --json > /dev/null 2>&1' < "$ACCEPT_PAIRS"
+  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
+  while read -r problem candidate; do
+    name="$(basename "$(dirname "$problem")")/$(basename "$candidate" .py)"
+    timeout "${ACCEPT_EACH_S:-90}" python3 -m kcoder eval "$problem" "$candidate" --device cuda --allow gemm,conv \
+      --json > "$out/accept_$(basename "$candidate" .py)_$(basename "$(dirname "$candidate")").json" 2>&1
+    python3 - "$name" "$out/accept_$(basename "$candidate" .py)_$(basename "$(dirname "$candidate")").json" <<'PY'
+import json, sys
+try:
+    v = json.load(open(sys.argv[2]))
+except Exception:
+    print(f"ACCEPT {sys.argv[1]:40} no verdict (timeout or crash)"); sys.exit()
+f = lambda x: "-" if x is None else f"{x:.2f}"
+print(f"ACCEPT {sys.argv[1]:40} {v.get('status')} reward {v.get('reward')} eager {f(v.get('speedup_vs_eager'))}x "
+      f"compile {f(v.get('speedup_vs_compile'))}x {v.get('seconds', {}).get('total', '?')} s | {str(v.get('reason'))[:150]}")
+PY
+  done < "$ACCEPT_PAIRS"
+}
+
 profile_tests() {
   timeout 330 python3 -m pytest -m gpu -q -s tests/gpu/test_profile_gpu.py 2>&1 | tee "$out/gpu_profile.log" \
     | grep -E "PROFILE|MEMORY|passed|failed|Error|assert" | head -30
