@@ -130,7 +130,9 @@ class ModelNew(nn.Module):
     def __init__(self, scale: float):
         super().__init__()
         self.scale = scale
-        self._run = functools.partial(_extension(_default_config()).scale_add_relu, scale=scale)
+        # the extension's bound function takes no keywords (load_inline names no py::arg):
+        # scale goes positionally
+        self._run = functools.partial(_extension(_default_config()).scale_add_relu)
 
     def forward(self, x, y):
-        return self._run(x, y)
+        return self._run(x, y, self.scale)
