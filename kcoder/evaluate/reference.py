@@ -181,8 +181,8 @@ class ReferenceServer:
     def op_sol(self) -> dict[str, Any]:
         """The speed of light of one reference call (evaluate/sol.py); the device's ceilings
         are measured here the first time (asked while no candidate process is alive)."""
+        from kcoder.device_limits import limits_for
         from kcoder.evaluate.sol import count_work, own_size_rate, speed_of_light
-        from kcoder.profile.ceilings import limits_for
 
         try:
             work = count_work(self.torch, self.model, self.inputs(self.options.seed))

@@ -4,7 +4,7 @@ Counted in the reference process (trusted; the candidate never runs there): the 
 reference call (torch's flop counter: matmuls, convolutions, attention; elementwise work
 counts nothing, so such problems are bounded by memory alone) and the bytes that any
 implementation must move at least (inputs + parameters and buffers + outputs, each tensor
-once). With the device's measured ceilings (profile/ceilings.py):
+once). With the device's measured ceilings (device_limits.py):
 SOL = max(bytes / copy bandwidth, FLOPs / matmul rate allowed by the precision policy).
 """
 
@@ -69,7 +69,7 @@ OWN_SIZE_CALLS = 20
 def own_size_rate(torch: Any, device: str, limits: Any, nbytes: int) -> float | None:
     """The copy rate at `nbytes` (copy_rate_at): kept with the device's ceilings (a property of
     the device at that size, measured once), else measured now and saved there."""
-    from kcoder.profile.roofline import save_limits
+    from kcoder.device_limits import save_limits
 
     rates = dict(limits.size_rates or {})
     if isinstance(rates.get(str(nbytes)), (int, float)):

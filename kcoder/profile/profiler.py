@@ -26,13 +26,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kcoder.device_limits import DeviceLimits, RooflinePoint, roofline
 from kcoder.devicelock import DeviceTurn
 from kcoder.procs import RunResult
 from kcoder.profile.ncu_parse import KernelMetrics
 from kcoder.profile.ncu_run import find_ncu, run_ncu
 from kcoder.profile.options import ProfileOptions
 from kcoder.profile.ptxas import CompilerReport, KernelResources, compiler_reports, function_base
-from kcoder.profile.roofline import DeviceLimits, RooflinePoint, roofline
 from kcoder.profile.targetbox import TargetBox, build_dirs
 
 

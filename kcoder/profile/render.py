@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kcoder.device_limits import RooflinePoint
 from kcoder.profile.ncu_parse import KernelMetrics
 from kcoder.profile.profiler import ProfileReport
 from kcoder.profile.ptxas import KernelResources
-from kcoder.profile.roofline import RooflinePoint
 
 SUMMARY_CHARS = 7500
 _RULE_ORDER = {"ERR": 0, "WRN": 1, "OPT": 2, "INF": 3}

@@ -142,7 +142,7 @@ def run_prepare(t: Target) -> None:
     moved = _tensors(t.inputs) + _tensors(out) + list(t.model.parameters()) + list(t.model.buffers())
     t.result["min_bytes"] = int(sum(x.numel() * x.element_size() for x in moved))
     if t.job.get("calibrate", True):
-        from kcoder.profile.ceilings import limits_for
+        from kcoder.device_limits import limits_for
 
         started = time.perf_counter()
         limits, measured = limits_for(t.torch, "cuda")  # the judge's speed of light reads the same entry

@@ -50,7 +50,7 @@ def slow_device(tmp_path, monkeypatch) -> Path:
     """A private cache whose ceilings for this CPU are injected (see the module docstring)."""
     import torch
 
-    from kcoder.profile.ceilings import device_key
+    from kcoder.device_limits import device_key
 
     cache = tmp_path / "cache"
     (cache / "profile").mkdir(parents=True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from helpers import PROBLEMS, ROOT, fast_options
 
-from kcoder.profile.roofline import DeviceLimits, load_limits
+from kcoder.device_limits import DeviceLimits, load_limits
 
 
 def cached_cpu_limits() -> DeviceLimits:
     """The ceilings the reference process measured and cached (same threads as this process)."""
     import torch
 
-    from kcoder.profile.ceilings import device_key
+    from kcoder.device_limits import device_key
 
     limits = load_limits(device_key(torch, "cpu"))
     assert limits is not None and limits.copy_curve, "the evaluation should have cached the cpu ceilings"

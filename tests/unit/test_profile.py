@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from helpers import PROBLEMS, ROOT, run_kcoder
 
+from kcoder.device_limits import DeviceLimits, load_limits, roofline, save_limits
 from kcoder.procs import RunResult
 from kcoder.procs import run as run_limited
 from kcoder.profile import profiler as prof
@@ -36,7 +37,6 @@ from kcoder.profile.ptxas import (
     pick_arch,
 )
 from kcoder.profile.render import SUMMARY_CHARS, issue_bound, summary_text
-from kcoder.profile.roofline import DeviceLimits, load_limits, roofline, save_limits
 
 FIX = ROOT / "tests" / "fixtures" / "ncu"
 RAW = FIX / "h200_mse_loss_raw.csv"

@@ -9,8 +9,8 @@ import math
 import pytest
 from helpers import PROBLEMS
 
+from kcoder.device_limits import DeviceLimits
 from kcoder.evaluate.sol import copy_rate_at, speed_of_light
-from kcoder.profile.roofline import DeviceLimits
 
 WORK = {"flops": 0.0, "min_bytes": 8 << 20}
 
@@ -40,8 +40,8 @@ def test_copy_rate_at_the_problems_size_is_measured_on_the_cpu():
 def test_the_problem_size_rate_is_kept_with_the_device_ceilings(tmp_path, monkeypatch):
     import torch
 
+    from kcoder.device_limits import load_limits
     from kcoder.evaluate import sol
-    from kcoder.profile.roofline import load_limits
 
     monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
     limits = _limits(1e9)
@@ -57,10 +57,10 @@ def test_the_reference_uses_the_problem_size_ceiling_when_faster(tmp_path, monke
     bound (an eager call cannot beat it)."""
     import torch
 
+    from kcoder import device_limits as ceilings
     from kcoder.evaluate import reference
     from kcoder.evaluate.loading import load_module
     from kcoder.evaluate.options import EvalOptions
-    from kcoder.profile import ceilings
 
     monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
     slow = DeviceLimits(device="cpu slow", copy_bytes_per_s=1e6, fp32_flops_per_s=1e15)  # 1 MB/s
