@@ -26,9 +26,12 @@ CONFIG = {"CHUNK": 0, "BLOCK": 4096}
 # 512-bit vectors where the CPU has them (GCC prefers 256 by default): 2-2.5x on the loops here.
 # -fno-trapping-math: the op table's `c ? a : f(x)` only evaluates f(x) where c is false, and
 # GCC will not compute a float expression for every lane (if-convert it) while an operation
-# might raise a trap; nothing here reads the FP exception flags, and values, NaN and signed
-# zeros are unchanged (unlike -ffast-math). Without it mish or softplus loops stay scalar.
-CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fno-trapping-math", "-fopenmp"]
+# might raise a trap; -fno-math-errno: sqrtf is otherwise a sqrt instruction plus a libm call
+# that sets errno for negative inputs. Nothing here reads the FP exception flags or errno, and
+# values, NaN and signed zeros are unchanged (unlike -ffast-math). Without the first, softplus
+# loops stay scalar; without the second, sqrt and rsqrt ones (tests/policy/test_cpu_math.py).
+CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fno-trapping-math", "-fno-math-errno",
+          "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 
 GEOM = r"""

@@ -5,6 +5,7 @@ edges of each domain as PyTorch has them. Plain C++, no torch build: a few secon
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from kcoder.policy.cpu_math import CPU_MATH
+from kcoder.policy.emit_cpu import CFLAGS
 from kcoder.policy.ops import render
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -49,13 +51,15 @@ def _run(expr: str, x: np.ndarray, tmp_path: Path) -> np.ndarray:
     src = (f"#include <cmath>\n#include <cstdio>\n#include <cstdint>\n#include <cstring>\n#include <vector>\n"
            f"{CPU_MATH}\nint main() {{\n  std::vector<float> in({len(x)}), out({len(x)});\n"
            f"  if (std::fread(in.data(), 4, in.size(), stdin) != in.size()) return 1;\n"
-           f"  #pragma omp simd\n  for (size_t i = 0; i < in.size(); ++i) {{ const float x = in[i]; out[i] = {expr}; }}\n"
+           f"  #pragma omp simd\n  for (size_t i = 0; i < in.size(); ++i) {{\n"
+           f"    const float x = in[i];\n    out[i] = {expr};\n  }}\n"
            f"  std::fwrite(out.data(), 4, out.size(), stdout);\n}}\n")
     (tmp_path / "m.cpp").write_text(src)
     exe = tmp_path / "m"
-    # the generated kernels' flags (less -fopenmp: -fopenmp-simd keeps the pragma, needs no runtime)
-    subprocess.run(["g++", "-O3", "-march=native", "-fopenmp-simd", "-o", str(exe), str(tmp_path / "m.cpp")],
-                   check=True)
+    # the generated kernels' flags, so the vectorized code is what is checked (-fopenmp-simd for
+    # -fopenmp: the same pragma, no runtime to link)
+    flags = [f.replace("-fopenmp", "-fopenmp-simd") for f in CFLAGS]
+    subprocess.run(["g++", *flags, "-o", str(exe), str(tmp_path / "m.cpp")], check=True)
     out = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout
     return np.frombuffer(out, dtype=np.float32)
 
@@ -79,3 +83,42 @@ def test_function_matches_float64_reference(name, tmp_path):
     worst = np.argmax(err / (ulp + atol + TINY))
     assert not bad.any(), (f"{name}: {bad.sum()} inputs off, worst x={x[finite][worst]!r}: "
                            f"{got[finite][worst]!r} vs {want[finite][worst]!r} ({err[worst] / ulp[worst]:.1f} ulp)")
+
+
+# Op-table formulas that stay scalar libm calls (or branches) in the cpu target's loops. Every
+# other formula must vectorize: one scalar call keeps a whole fused loop scalar (issue 29's
+# mish + bias + clamp ran at 0.43x eager that way).
+SCALAR = {"exp2", "log2", "log10", "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh", "erfc",
+          "fmax", "fmin", "pow", "atan2", "fmod", "logical_and", "logical_or", "bitwise_and", "bitwise_or"}
+_ARGS = {"threshold": ["x", 0.5, 2.0], "clamp_min": ["x", 0.1], "clamp_max": ["x", 0.1], "where": ["z", "x", "y"],
+         "pow": ["x", 1.7], "clamp": ["x", -1.0, 1.0]}
+_BINARY = {"add", "sub", "mul", "div", "rsub", "maximum", "minimum", "fmax", "fmin", "atan2", "fmod", "eq", "ne",
+           "gt", "ge", "lt", "le", "logical_and", "logical_or", "bitwise_and", "bitwise_or"}
+
+
+def _is_gcc() -> bool:
+    out = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+    return "Free Software Foundation" in out
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or not _is_gcc(), reason="reads GCC's -fopt-info report")
+def test_op_table_formulas_vectorize(tmp_path):
+    from kcoder.policy.ops import POINTWISE
+
+    src = ["#include <cmath>", "#include <cstdint>", "#include <cstring>", CPU_MATH]
+    at: dict[int, str] = {}
+    for op in POINTWISE:
+        expr = render(op, _ARGS.get(op, ["x", "y"] if op in _BINARY else ["x"]), {}, "float")
+        at[len("\n".join(src).split("\n")) + 1] = op  # the line the function will start on
+        src += [f"void f_{op}(const float* __restrict__ a, const float* __restrict__ c, const float* __restrict__ d, "
+                "float* __restrict__ b, long n) {",
+                "  #pragma omp simd", "  for (long i = 0; i < n; ++i) {",
+                f"    const float x = a[i], y = c[i]; const bool z = d[i] > 0.0f; b[i] = {expr};", "  }", "}"]
+    (tmp_path / "ops.cpp").write_text("\n".join(src) + "\n")
+    flags = [f.replace("-fopenmp", "-fopenmp-simd") for f in CFLAGS]
+    res = subprocess.run(["g++", *flags, "-fopt-info-vec-all", "-c", str(tmp_path / "ops.cpp"),
+                          "-o", str(tmp_path / "ops.o")], capture_output=True, text=True, check=True)
+    done = {at[int(line.split(":")[1])] for line in res.stderr.splitlines()
+            if re.search(r"ops\.cpp:\d+:\d+: note: vectorized [1-9]\d* loops? in function", line)}
+    assert set(POINTWISE) - SCALAR - done == set(), "these formulas no longer vectorize"
+    assert done & SCALAR == set(), "these vectorize now: take them off SCALAR"
