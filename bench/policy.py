@@ -1,10 +1,11 @@
 """Run kcoder's built-in policy over a problem set and print what it achieves.
 
-    python bench/policy.py --device cpu                          # the examples
+    python bench/policy.py --device cpu                          # the examples and bench/problems
     python bench/policy.py --device cuda ~/KernelBench/KernelBench/level1 --allow gemm,conv
 
 Problems: files or folders (every *.py in a folder; an examples/<name>/ folder means its
-model.py) given on the command line, plus the examples unless --no-examples. Each problem is a
+model.py) given on the command line, plus the examples and bench/problems/ (pointwise chains of
+transcendental ops at 2048 x 4096: mish + bias + clamp, ...) unless --no-examples. Each problem is a
 full `kcoder optimize` run without a model (capture, templates, verify, tune --trials N,
 timing, plain-build check) in a scratch run directory. Prints per problem the outcome and
 speed-ups, then coverage (share with a verified candidate), the share at least 1.05x faster
@@ -42,8 +43,8 @@ def problems(paths: list[str], examples: bool) -> list[Path]:
     for p in map(Path, paths):
         found += sorted(q for q in p.glob("*.py") if not q.name.startswith("_")) if p.is_dir() else [p]
     if examples:
-        found += sorted((ROOT / "examples").glob("*/model.py"))
-    return found
+        found += sorted((ROOT / "examples").glob("*/model.py")) + sorted((ROOT / "bench" / "problems").glob("*.py"))
+    return list(dict.fromkeys(p.resolve() for p in found))  # a folder named twice runs once
 
 
 def run_one(problem: Path, settings: Settings) -> dict:
@@ -122,7 +123,8 @@ def main() -> None:
         for i, problem in enumerate(todo):
             name = problem_name(problem)
             settings = Settings(device=args.device, allow=parse_allow(args.allow), tune_trials=args.trials,
-                                budget=args.budget, runs_dir=Path(tmp) / f"{i:03d}")
+                                budget=args.budget, runs_dir=Path(tmp) / f"{i:03d}",
+                                keep_going=True)  # measure the policy even where the preflight sees no headroom
             result = run_one(problem, settings)
             best = (result["report"] or {}).get("best")
             own_kernels = ((result["report"] or {}).get("policy") or {}).get("kernels")

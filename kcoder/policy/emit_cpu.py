@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import re
 
+from kcoder.policy.cpu_math import CPU_MATH
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.kernel import Kernel, Plan, Stmt
 
 TUNE = {"CHUNK": [0, 1, 16], "BLOCK": [1024, 4096, 16384]}
 CONFIG = {"CHUNK": 0, "BLOCK": 4096}
 # 512-bit vectors where the CPU has them (GCC prefers 256 by default): 2-2.5x on the loops here.
-CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
+# -fno-trapping-math: the op table's `c ? a : f(x)` only evaluates f(x) where c is false, and
+# GCC will not compute a float expression for every lane (if-convert it) while an operation
+# might raise a trap; -fno-math-errno: sqrtf is otherwise a sqrt instruction plus a libm call
+# that sets errno for negative inputs. Nothing here reads the FP exception flags or errno, and
+# values, NaN and signed zeros are unchanged (unlike -ffast-math). Without the first, softplus
+# loops stay scalar; without the second, sqrt and rsqrt ones (tests/policy/test_cpu_math.py).
+CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fno-trapping-math", "-fno-math-errno",
+          "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 
 GEOM = r"""
@@ -121,58 +129,6 @@ static inline Acc c_min(Acc a, Acc b) { return (b.v < a.v || b.v != b.v) ? b : a
 static inline Acc c_argmax(Acc a, Acc b) { return (a.v == a.v && (b.v > a.v || b.v != b.v)) ? b : a; }
 static inline Acc c_argmin(Acc a, Acc b) { return (a.v == a.v && (b.v < a.v || b.v != b.v)) ? b : a; }
 }  // namespace kc
-"""
-
-# Branch-free float versions of the transcendental functions the op table uses most, so that
-# the `omp simd` loops vectorize (libm's expf/erff/tanhf are scalar calls). expf: range
-# reduction by ln2 and a degree-6 polynomial (1-2 ulp); erff: Abramowitz-Stegun 7.1.26
-# (absolute error <= 1.5e-7, the approximation PyTorch's vectorized CPU erf uses); tanhf from
-# expf, with its Taylor series near 0 where 1 - 2/(e^2x + 1) cancels. NaN propagates.
-CPU_MATH = r"""
-namespace kc {
-static inline int32_t f2i(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
-static inline float i2f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
-static inline float expf_(float x) {
-  const float xin = x;
-  x = x > 88.0f ? 88.0f : x;
-  x = x < -87.3f ? -87.3f : x;
-  const float magic = 12582912.0f;
-  const float t = x * 1.44269504088896341f + magic;
-  const float n = t - magic;
-  const int32_t ni = f2i(t) - f2i(magic);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const float y = p * i2f((ni + 127) << 23);
-  return xin < -87.3f ? 0.0f : (xin > 88.72f ? INFINITY : y);
-}
-static inline float erff_(float x) {
-  const float ax = x < 0.0f ? -x : x;
-  const float t = 1.0f / (ax * 0.3275911f + 1.0f);
-  float p = 1.061405429f;
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  const float y = 1.0f - p * t * expf_(-ax * ax);
-  return x < 0.0f ? -y : y;
-}
-static inline float tanhf_(float x) {
-  const float x2 = x * x;
-  const float small = x * (1.0f - x2 * (1.0f / 3.0f - x2 * (2.0f / 15.0f)));
-  const float big = 1.0f - 2.0f / (expf_(2.0f * x) + 1.0f);
-  return (x2 < 0.0016f) ? small : big;
-}
-}  // namespace kc
-#define expf kc::expf_
-#define erff kc::erff_
-#define tanhf kc::tanhf_
 """
 
 PARALLEL_FOR = """#if CHUNK > 0
