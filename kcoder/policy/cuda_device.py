@@ -106,4 +106,6 @@ def offset(sizes: list[int], strides: list[int], var: str, itype: str) -> str:
 
 
 def index_type(geo: Geometry) -> str:
-    return "int" if geo.span() < (1 << 31) - 1 else "long long"
+    """int when every offset fits with room to spare (a loop index runs up to a few tiles past
+    the end before its bound check), else 64-bit."""
+    return "int" if geo.span() < (1 << 31) - (1 << 24) else "long long"
