@@ -417,16 +417,16 @@ _SABOTAGED: dict[str, tuple[object, list[Window]]] = {}
 
 def sabotaged(evaluate_candidate, monkeypatch, sandbox: str):
     if sandbox not in _SABOTAGED:
-        from kcoder.evaluate.judge import Judge
+        from kcoder.evaluate.basetimer import Baselines
 
         names = (unique_name(), unique_name())
-        watch, timed = Watch(names), Judge.baselines
+        watch, timed = Watch(names), Baselines.measure
 
-        def watched_baselines(self, deadline):  # the judge runs in this process
-            with watch.window(allowed_root=self.children.ref_proc.pid):  # the reference process may run
+        def watched_baselines(self, deadline):  # one half of the baselines; the judge runs in this process
+            with watch.window(allowed_root=self.judge.children.ref_proc.pid):  # the reference process may run
                 return timed(self, deadline)
 
-        monkeypatch.setattr(Judge, "baselines", watched_baselines)
+        monkeypatch.setattr(Baselines, "measure", watched_baselines)
         init = "\n".join(f"_ext.start_daemon({n!r}, {mode}, False)" for mode, n in enumerate(names, 1))
         init += "\n_ext.spin_thread(1.0)"
         try:
