@@ -22,14 +22,16 @@ def _cli_choices(command: str, option: str) -> tuple[str, ...]:
 
 
 def test_cli_tools_and_mcp_offer_the_declared_values(tmp_path):
+    from kcoder.agent.toolbox import discover_tools
     from kcoder.mcp.server import build_server
     from kcoder.settings import Settings
-    from tools import tune
+
+    tune = discover_tools()["tune"]  # the shipped tool file, as the agent loads it
 
     assert _cli_choices("tune", "--strategy") == TUNE_STRATEGIES
     assert _cli_choices("eval", "--precision") == _cli_choices("profile", "--precision") == PRECISIONS
     assert _cli_choices("eval", "--stop-after") == STAGES
-    assert tuple(tune.PARAMETERS["properties"]["strategy"]["enum"]) == TUNE_STRATEGIES
+    assert tuple(tune.parameters["properties"]["strategy"]["enum"]) == TUNE_STRATEGIES
     tools = {t.name: t for t in anyio.run(build_server(Settings(device="cpu"), tmp_path).list_tools)}
     assert tuple(tools["tune"].input_schema["properties"]["strategy"]["enum"]) == TUNE_STRATEGIES
     assert tuple(tools["eval"].input_schema["properties"]["stop_after"]["enum"]) == STAGES
