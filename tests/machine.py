@@ -122,12 +122,14 @@ class Watch:
     def window(self, allowed_root: int):
         window, stop = Window(), threading.Event()
         started, (busy0, total0) = time.monotonic(), cpu_jiffies()
-        first = process_table()
+        # a sample at each edge too: a window shorter than SAMPLE_S (a fast host's baselines) is
+        # still watched
+        first = self._sample(window, allowed_root, {})
+        last = [first]
 
         def run() -> None:
-            last = first
             while not stop.wait(SAMPLE_S):
-                last = self._sample(window, allowed_root, last)
+                last[0] = self._sample(window, allowed_root, last[0])
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
@@ -136,7 +138,7 @@ class Watch:
         finally:
             stop.set()
             thread.join()
-            end = process_table()
+            end = self._sample(window, allowed_root, last[0])
             busy1, total1 = cpu_jiffies()
             # own: this process (the judge, the sampler) and its tree, as far as they lived to the end
             window.own_ticks = sum(end[pid][1] - (first[pid][1] if pid in first else 0)
