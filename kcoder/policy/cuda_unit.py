@@ -102,17 +102,22 @@ def bases(u: Unit, indent: str) -> list[str]:
     return [f"{indent}const {u.it} b{i} = {offset(u.g.os, u.g.ost[i], 'o', u.it)};" for i in range(len(u.k.operands))]
 
 
+def vector_load(i: int, dst: str) -> list[str]:
+    """Operand i's V elements from r0 into `dst` + lane + "]": one float4 load when V == 4."""
+    lanes = "; ".join(f"{dst}{j}] = qv.{c}" for j, c in enumerate("xyzw"))
+    return ["if constexpr (V == 4) {",
+            f"  const float4 qv = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
+            f"  {lanes};",
+            f"}} else {{ {dst}0] = p{i}[b{i} + r0]; }}"]
+
+
 def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: str,
           around: tuple[list[str], list[str]] = ([], [])) -> list[str]:
     """`body` for the V elements from r0: vector loads before, vector stores after (V == VEC);
     `around` is what comes before and after the V elements (a float partial sum)."""
     it, out = u.it, []
     for i in sorted(loads):
-        out += [f"float x{i}[V];",
-                "if constexpr (V == 4) {",
-                f"  const float4 qv = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
-                f"  x{i}[0] = qv.x; x{i}[1] = qv.y; x{i}[2] = qv.z; x{i}[3] = qv.w;",
-                f"}} else {{ x{i}[0] = p{i}[b{i} + r0]; }}"]
+        out += [f"float x{i}[V];"] + vector_load(i, f"x{i}[")
     out += [f"float y{i}[V];" for i in sorted(stores)]
     out += around[0] + ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
     out += ["  " + line for line in body] + ["}"] + around[1]
@@ -157,11 +162,7 @@ def cache_rows(u: Unit, tid: str, nthr: str) -> list[str]:
               f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", "    if (r0 < kL) {"]
     for i in sorted(u.cached):
         if i in u.vec:
-            lines += ["      if constexpr (V == 4) {",
-                      f"        const float4 t = *reinterpret_cast<const float4*>(p{i} + b{i} + r0);",
-                      f"        xc{i}[q * 4] = t.x; xc{i}[q * 4 + 1] = t.y; xc{i}[q * 4 + 2] = t.z; "
-                      f"xc{i}[q * 4 + 3] = t.w;",
-                      f"      }} else {{ xc{i}[q] = p{i}[b{i} + r0]; }}"]
+            lines += ["      " + line for line in vector_load(i, f"xc{i}[q * V + ")]
         else:
             lines += ["      #pragma unroll", "      for (int j = 0; j < V; ++j) {",
                       f"        const {u.it} r = r0 + j;", f"        xc{i}[q * V + j] = p{i}[b{i} + {u.ioff(i, 'r')}];",
