@@ -1,0 +1,28 @@
+"""Print a short table of kcoder verdict JSON files (kcoder eval --json): the judge's figures,
+the profiler's kernel time and where the verdict's seconds went. Used by device_session.sh."""
+import json
+import re
+import sys
+
+
+def row(path: str) -> str:
+    try:
+        v = json.load(open(path))
+    except Exception as exc:  # a run cut short: say so, keep going
+        return f"{path}: unreadable ({exc})"
+    kernel = next((m.group(1) for n in v.get("notes", []) if (m := re.search(r"kernel time per call ([\d.]+)", n))), "-")
+    s = v.get("seconds", {})
+    fig = lambda k: "-" if v.get(k) is None else f"{v[k]:.1f}"  # noqa: E731
+    ratio = lambda k: "-" if v.get(k) is None else f"{v[k]:.3f}"  # noqa: E731
+    return (f"{v.get('problem', path).split('/')[-1][:34]:34} {v.get('status', '?'):9} cand {fig('candidate_us'):>9} "
+            f"eager {fig('eager_us'):>9} compile {fig('compile_us'):>9} kern {kernel:>9} "
+            f"x_eager {ratio('speedup_vs_eager'):>6} x_comp {ratio('speedup_vs_compile'):>6} "
+            f"sol {ratio('candidate_sol_fraction'):>5} peakMB {v.get('peak_memory_mb')} fpMB {v.get('footprint_mb')} "
+            f"total {s.get('total', '-')}s (verify {s.get('verify', '-')}, timing {s.get('timing', '-')}, "
+            f"audits {s.get('audits', '-')}) {v.get('reason', '')[:160]}")
+
+
+if __name__ == "__main__":
+    print(f"device: {json.load(open(sys.argv[1])).get('device_name', '?') if len(sys.argv) > 1 else '?'}")
+    for p in sys.argv[1:]:
+        print(row(p))
