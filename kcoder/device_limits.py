@@ -19,19 +19,21 @@ same with perf_counter over the threads torch uses, plus the copy rate by workin
 the timing loop makes fresh inputs right before each call, so a problem whose bytes fit in
 a cache streams them from there, and DRAM's rate would be no ceiling for it. The cache is
 kcoder's cache dir on the node that measures (`profile/devices.json`), keyed by the device's
-name (a CPU's also by its thread count).
+name (a CPU's also by its thread count). Entries are signed (kcoder/trust.py) and measured only
+in processes that never loaded a candidate's code (the reference process; the profiler's
+calibration step, profile/calibrate.py); the sandbox never mounts profile/.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from kcoder.paths import cache_root
+from kcoder.trust import read_plain, replace_file, signed, verified
 
 LATENCY_BOUND_PCT = 20.0  # below this share of both ceilings, neither limits the kernel
 
@@ -128,27 +130,37 @@ def _cache_file() -> Path:
     return cache_root() / "profile" / "devices.json"
 
 
-def load_limits(device: str) -> DeviceLimits | None:
-    """Cached ceilings for a device name, or None."""
+def _entries() -> dict[str, Any]:
     try:
-        data = json.loads(_cache_file().read_text())
-        return DeviceLimits(**data[device])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(read_plain(_cache_file()))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_limits(device: str) -> DeviceLimits | None:
+    """Cached ceilings for a device name, or None (also when the entry's MAC is not kcoder's:
+    the judge's speed of light reads these, so a forged entry is measured again)."""
+    entry = verified(_entries().get(device))
+    if entry is None:
+        return None
+    try:
+        return DeviceLimits(**entry)
+    except TypeError:
         return None
 
 
 def save_limits(limits: DeviceLimits) -> None:
-    """Add one device's ceilings to the cache (atomic replace; other devices kept)."""
+    """Add one device's ceilings to the cache, signed (atomic replace; other devices kept).
+    A process that cannot write there (a confined one) keeps them for itself only."""
     path = _cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    data[limits.device] = asdict(limits)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _entries()
+        data[limits.device] = signed(json.loads(json.dumps(asdict(limits))))
+        replace_file(path, json.dumps(data, indent=2).encode())
+    except OSError:
+        pass
 
 
 # --- the measurement (runs in the profile target process, on the GPU) ---------------------------

@@ -560,3 +560,42 @@ def _third(self, device):
 
 _timing.Clock.__init__ = _third
 '''
+
+
+# A red-team extension that reaches the kernel directly: the `syscall` instruction spelt as
+# bytes, no libc function named (a static check has nothing to see). `plant(paths, proof)`
+# creates (O_WRONLY|O_CREAT|O_TRUNC) each newline-separated path and writes "planted" into
+# it, then writes "PATH RESULT" lines (a file descriptor, or -errno) into `proof`. x86-64 only.
+RAW_SYSCALL_CPP = r"""
+#include <string>
+
+static long raw3(long n, long a, long b, long c) {
+#if defined(__x86_64__)
+    long ret;
+    __asm__ volatile (".byte 0x0f, 0x05" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return ret;
+#else
+    return -38;
+#endif
+}
+
+static long make_file(const std::string& path, const char* data, long size) {
+    long fd = raw3(2, (long)path.c_str(), 01 | 0100 | 01000, 0644);
+    if (fd >= 0) { raw3(1, fd, (long)data, size); raw3(3, fd, 0, 0); }
+    return fd;
+}
+
+std::string plant(std::string paths, std::string proof) {
+    std::string report;
+    size_t start = 0;
+    while (start < paths.size()) {
+        size_t end = paths.find('\n', start);
+        if (end == std::string::npos) end = paths.size();
+        std::string path = paths.substr(start, end - start);
+        if (!path.empty()) report += path + " " + std::to_string(make_file(path, "planted", 7)) + "\n";
+        start = end + 1;
+    }
+    make_file(proof, report.data(), (long)report.size());
+    return report;
+}
+"""

@@ -1,4 +1,4 @@
-"""Building candidate extensions: a private, content-keyed build directory per source.
+"""Building candidate extensions: a content-keyed build directory per source.
 
 The worker installs `kcoder_load_inline` in place of torch's `load_inline` before the
 candidate is imported. The candidate's call is unchanged in meaning; kcoder only picks the
@@ -6,7 +6,7 @@ build directory (a hash of sources + flags + torch version + arch + toolkit), so
 candidates never race or reuse a stale failed build, and an unchanged candidate never
 rebuilds. Compiler failures become a `BuildError` whose message is the first compiler
 diagnostic, located in the candidate's source strings (`cpp_sources:6:16: error: ...`), and
-whose log keeps the useful lines.
+whose log keeps the useful lines. Who may write the shared directories: see requests.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kcoder.build import diagnostics
+from kcoder.build import diagnostics, requests
 from kcoder.paths import cache_root
 
 
@@ -39,6 +39,8 @@ class BuildError(Exception):
 
 # What the worker reports about each load_inline call the candidate made.
 BUILD_RECORDS: list[dict[str, Any]] = []
+# Builds of kcoder's build service that said a background job of theirs goes on (a .gch).
+REMOTE_BACKGROUND: list[str] = []
 
 
 def find_cuda_home() -> tuple[str | None, str]:
@@ -133,11 +135,11 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
     candidate's sources, and its log ends with how many compiles the build took. A finished
     build leaves a marker, so re-evaluating an unchanged candidate imports the built module
     without running torch's build steps at all.
+
+    Inside a candidate's sandbox ($KCODER_BUILD_ROOT set) the shared build cache is read-only:
+    a finished shared build is imported from it, a new one is asked of kcoder's build service
+    (requests.py), and one the service refuses is built in the candidate's private folder.
     """
-    import torch.utils.cpp_extension as cpp_extension
-
-    from kcoder.build import fastbuild
-
     signature = inspect.signature(original)
 
     def kcoder_load_inline(*args: Any, **kwargs: Any) -> Any:
@@ -146,39 +148,104 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
         params = dict(bound.arguments)
         key = _build_key({**params, "kcoder_fast_build": fast})
         base = re.sub(r"\W", "_", str(params["name"]))[:40] or "ext"
-        build_dir = cache_root() / "build" / f"{base}-{key[:16]}"
-        # The module keeps the candidate's own name (as plain load_inline builds it), so an
-        # unchanged binding unit compiles to the same object every turn and can be reused.
-        params["build_directory"] = str(build_dir)
-        params["verbose"] = False
-        # Before the build: load_inline inserts its own lines into the caller's source lists.
-        sources = diagnostics.SourceMap.from_params(params)
-        record: dict[str, Any] = {"name": base, "dir": str(build_dir), "mode": "plain", "notes": [],
-                                  "cuda": bool(params.get("cuda_sources")), "ok": False}
-        started = time.perf_counter()
-        with _exclusive(build_dir):
-            marker = build_dir / BUILT_MARKER
-            record["cached"] = marker.exists() and any(build_dir.glob(f"{params['name']}.*"))
-            try:
-                if record["cached"]:
-                    record.update(json.loads(marker.read_text()), cached=True)
-                    module = cpp_extension._import_module_from_library(
-                        params["name"], str(build_dir), params.get("is_python_module", True))
-                else:
-                    module = _build(original, params, fast, record, cpp_extension, fastbuild, sources)
-                    marker.write_text(json.dumps({"mode": record["mode"], "notes": record["notes"]}))
-                record["ok"] = True
-            except Exception as exc:  # torch raises RuntimeError; keep any kind as a build failure
-                log = diagnostics.trim_compiler_output(str(exc), build_dir, sources=sources)
-                reason = diagnostics.first_diagnostic(str(exc), build_dir, sources)
-                raise BuildError(reason, f"{log}\n{describe_failure(record)}") from None
-            finally:
-                record["seconds"] = round(time.perf_counter() - started, 2)
-                BUILD_RECORDS.append(record)
-        return module
+        folder = f"{base}-{key[:16]}"
+        private = os.environ.get(requests.PRIVATE_ROOT_ENV)
+        if not private:  # kcoder's own (trusted) process: the shared cache directly
+            return _build_here(original, params, fast, cache_root() / "build" / folder, base)
+        shared = cache_root() / "build" / folder
+        if (shared / BUILT_MARKER).exists() and any(shared.glob(f"{params['name']}.*")):
+            return _import_shared(params, shared, base, json.loads((shared / BUILT_MARKER).read_text()))
+        if requests.service_folders() is not None:
+            reply = _ask_service(params, fast)
+            if "refused" not in reply:
+                return _take_reply(params, base, reply)
+            note = f"built by the candidate's own process ({str(reply['refused'])[:200]})"
+        else:
+            note = "built by the candidate's own process (no build service here)"
+        # Not shared with anyone: the candidate's private folder, torch's plain build steps.
+        return _build_here(original, params, False, Path(private) / folder, base, note)
 
     kcoder_load_inline.__wrapped__ = original  # type: ignore[attr-defined]
     return kcoder_load_inline
+
+
+def _build_here(original: Any, params: dict[str, Any], fast: bool, build_dir: Path, base: str,
+                note: str | None = None) -> Any:
+    """Build (or import the finished build) in `build_dir`, which this process may write."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from kcoder.build import fastbuild
+
+    # The module keeps the candidate's own name (as plain load_inline builds it), so an
+    # unchanged binding unit compiles to the same object every turn and can be reused.
+    params = {**params, "build_directory": str(build_dir), "verbose": False}
+    # Before the build: load_inline inserts its own lines into the caller's source lists.
+    sources = diagnostics.SourceMap.from_params(params)
+    record: dict[str, Any] = {"name": base, "dir": str(build_dir), "mode": "plain", "notes": [note] if note else [],
+                              "cuda": bool(params.get("cuda_sources")), "ok": False}
+    started = time.perf_counter()
+    with _exclusive(build_dir):
+        marker = build_dir / BUILT_MARKER
+        record["cached"] = marker.exists() and any(build_dir.glob(f"{params['name']}.*"))
+        try:
+            if record["cached"]:
+                record.update(json.loads(marker.read_text()), cached=True)
+                module = cpp_extension._import_module_from_library(
+                    params["name"], str(build_dir), params.get("is_python_module", True))
+            else:
+                module = _build(original, params, fast, record, cpp_extension, fastbuild, sources)
+                marker.write_text(json.dumps({"mode": record["mode"], "notes": record["notes"]}))
+            record["ok"] = True
+        except Exception as exc:  # torch raises RuntimeError; keep any kind as a build failure
+            log = diagnostics.trim_compiler_output(str(exc), build_dir, sources=sources)
+            reason = diagnostics.first_diagnostic(str(exc), build_dir, sources)
+            raise BuildError(reason, f"{log}\n{describe_failure(record)}") from None
+        finally:
+            record["seconds"] = round(time.perf_counter() - started, 2)
+            BUILD_RECORDS.append(record)
+    return module
+
+
+def _import_shared(params: dict[str, Any], build_dir: Path, base: str, built: Any,
+                   record: dict[str, Any] | None = None) -> Any:
+    """Import a finished build of kcoder's build service (a folder this process cannot write)."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    started = time.perf_counter()
+    record = record or {"mode": built.get("mode", "plain") if isinstance(built, dict) else "plain",
+                        "notes": list(built.get("notes", [])) if isinstance(built, dict) else [], "cached": True}
+    record.update(name=base, dir=str(build_dir), cuda=bool(params.get("cuda_sources")), ok=False)
+    try:
+        module = cpp_extension._import_module_from_library(params["name"], str(build_dir),
+                                                           params.get("is_python_module", True))
+        record["ok"] = True
+        return module
+    finally:
+        record["seconds"] = round(record.get("seconds", 0.0) + time.perf_counter() - started, 2)
+        BUILD_RECORDS.append(record)
+
+
+def _ask_service(params: dict[str, Any], fast: bool) -> dict[str, Any]:
+    try:
+        requests.check_params(params)
+    except requests.Refused as exc:
+        return {"refused": str(exc)}
+    reply = requests.ask(params, fast)
+    return reply if isinstance(reply, dict) else {"refused": "an unreadable answer from the build service"}
+
+
+def _take_reply(params: dict[str, Any], base: str, reply: dict[str, Any]) -> Any:
+    """The build service's answer: a finished build to import, or the build's failure."""
+    record = reply.get("record") if isinstance(reply.get("record"), dict) else {}
+    if reply.get("error") is not None:
+        BUILD_RECORDS.append({**record, "name": base, "ok": False})
+        raise BuildError(str(reply["error"]), str(reply.get("log", "")))
+    if reply.get("background"):
+        REMOTE_BACKGROUND.append(base)
+    build_dir = Path(str(reply.get("dir", "")))
+    if not build_dir.is_relative_to(cache_root() / "build"):
+        raise BuildError("kcoder's build service named no build folder", str(reply)[:2000])
+    return _import_shared(params, build_dir, base, None, dict(record))
 
 
 def _build(original: Any, params: dict[str, Any], fast: bool, record: dict[str, Any],

@@ -24,6 +24,7 @@ from kcoder.evaluate.channel import Link
 from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
 from kcoder.hostinfo import cpu_model, cuda_device
+from kcoder.trust import UnsafeFile, open_plain, remove_plain, writing_whole
 
 
 class ProblemFault(Exception):
@@ -74,12 +75,14 @@ class ReferenceServer:
         except Exception as exc:
             raise self._fault(exc) from None
         try:
-            torch.save(list(init), self.job["init_path"])
+            _save_new(torch, list(init), self.job["init_path"])
+        except UnsafeFile:
+            raise
         except Exception as exc:
             raise ProblemFault(f"get_init_inputs() must return plain values (numbers, lists, tensors): "
                                f"{first_line(exc)}") from None
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        torch.save(state, self.job["weights_path"])
+        _save_new(torch, state, self.job["weights_path"])
 
     def _fault(self, exc: BaseException) -> ProblemFault:
         where, _ = file_traceback(exc, str(self.problem_path))
@@ -146,12 +149,14 @@ class ReferenceServer:
         ref = self.reference(seed, perturbed)
         try:
             # Read, never mmap: the candidate's process could truncate a mapped file (SIGBUS here).
-            out = torch.load(path, weights_only=True, map_location=self.device)
+            # A regular file only, no link followed: the folder is the candidate's to write.
+            with open_plain(path) as fh:
+                out = torch.load(fh, weights_only=True, map_location=self.device)
         except Exception as exc:
             return {"ok": False, "reason": f"{label}: the candidate's output could not be read back "
                                            f"({first_line(exc)[:120]})"}
         finally:
-            Path(path).unlink(missing_ok=True)
+            remove_plain(path)
         try:
             stats = compare_outputs(out, ref, self.options.precision)
         except Mismatch as exc:
@@ -211,6 +216,13 @@ class ReferenceServer:
     def _release(self) -> None:
         if self.device == "cuda":
             self.torch.cuda.empty_cache()
+
+
+def _save_new(torch: Any, value: Any, path: str) -> None:
+    """torch.save into a fresh file renamed into place: nothing at `path` (a planted link) is
+    followed. kcoder's hand-off folder is not the candidate's to write; this holds anyway."""
+    with writing_whole(path) as fh:
+        torch.save(value, fh)
 
 
 def _nbytes(values: list[Any]) -> int:

@@ -4,8 +4,10 @@ when available, and a record of every process it started so none outlives the ev
 - Environment: an allow-list (PATH, locale, CUDA/torch build variables, ...); no name that
   looks like a credential passes, HOME and TMPDIR point into the private folder.
 - bwrap (`--sandbox auto|bwrap`): read-only root, a tmpfs over the real HOME (no ~/.ssh,
-  ~/.aws), writable only the private folder and kcoder's build cache, private /tmp, no
-  network, its own PID namespace (every descendant dies with it), GPU device nodes for cuda.
+  ~/.aws) and over kcoder's cache (its shared build products bound back read-only), writable
+  only the private folder and what the caller names (the candidate's private build folder),
+  private /tmp, no network, its own PID namespace (every descendant dies with it), GPU device
+  nodes for cuda.
 - Every candidate process carries a marker variable; the judge finds them all through /proc
   (also after setsid or a double fork), sums their memory, stops and kills them.
 """
@@ -27,6 +29,8 @@ from kcoder.procs import run
 from kcoder.redact import is_secret_name
 
 MARKER = "KCODER_EVAL_ID"
+# The parts of kcoder's cache a sandbox may read (never write): what build/builder.py makes.
+SHARED_PRODUCTS = ("build", "objects", "pch", "light")
 # Variables a build or a CUDA program legitimately needs; anything else is dropped.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "LD_LIBRARY_PATH",
@@ -113,8 +117,8 @@ def _runtime_paths() -> list[Path]:
 
 def bwrap_argv(box: Box, device: str, read_only: list[Path], writable: list[Path] | None = None) -> list[str]:
     """The bwrap prefix for a candidate command (see the module docstring); `read_only` are
-    files in the box the candidate may read but never change, `writable` folders outside the
-    box it may change (the reference process writes the weights into the candidate's box)."""
+    files and folders it may read but never change (its job, kcoder's hand-off folder),
+    `writable` folders outside the box it may change (its private build folder)."""
     bwrap = bwrap_usable() or "bwrap"
     home = Path.home().resolve()
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--ro-bind", "/", "/",
@@ -131,15 +135,20 @@ def bwrap_argv(box: Box, device: str, read_only: list[Path], writable: list[Path
     if device == "cuda":
         for node in sorted(Path("/dev").glob("nvidia*")):
             argv += ["--dev-bind", str(node), str(node)]
+    # kcoder's cache: hidden, but for the shared build products, read-only (only a trusted
+    # builder writes them: build/requests.py); tune/, profile/, locks/, baselines/ and the
+    # signing key are out of sight.
     cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
-    writables = [cache.resolve(), box.root.resolve()] + ([box.exchange.resolve()] if box.exchange else [])
+    argv += ["--tmpfs", str(cache.resolve())]
+    for name in SHARED_PRODUCTS:
+        product = cache / name
+        product.mkdir(exist_ok=True)
+        argv += ["--ro-bind", str(product.resolve()), str(product.resolve())]
+    writables = [box.root.resolve()] + ([box.exchange.resolve()] if box.exchange else [])
     writables += [p.resolve() for p in writable or []]
     for folder in writables:
         argv += ["--bind", str(folder), str(folder)]
-    judged = cache / "baselines"  # the judge's cached baselines (basecache.py): never the candidate's to change
-    judged.mkdir(exist_ok=True)
-    argv += ["--ro-bind", str(judged.resolve()), str(judged.resolve())]
     for path in read_only:
         argv += ["--ro-bind", str(path.resolve()), str(path.resolve())]
     return argv + ["--chdir", str(box.root)]

@@ -26,7 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from kcoder.build.requests import PRIVATE_ROOT_ENV, private_build_root
 from kcoder.devicelock import DeviceTurn, trace_event
+from kcoder.evaluate.buildservice import BuildService
 from kcoder.evaluate.channel import ChannelError, Limits, Peer
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
@@ -34,6 +36,7 @@ from kcoder.evaluate.sandbox import Box, confined_command, kill_all, marked_pids
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
 from kcoder.shutdown import shutting_down
+from kcoder.trust import replace_file
 
 LOG_TAIL_BYTES = 16 * 1024
 WATCH_EVERY_S = 0.5
@@ -65,6 +68,13 @@ class Children:
         self.progress = StageReporter(options.on_stage)
         self.turn = DeviceTurn(options.device, f"evaluate {options.stop_after}", options.on_stage)
         self.ref_box: Box | None = None  # the problem's own box (confine_problem)
+        # What kcoder hands the candidate (its job, the weights and constructor arguments the
+        # reference process writes): a folder outside the box, read-only in the sandbox, so no
+        # link the candidate plants can redirect a write of kcoder's unconfined processes.
+        self.handoff = work / "handoff"
+        self.handoff.mkdir(mode=0o755)
+        self.builds = BuildService(work, self.box.root / "requests", sandbox) if candidate else None
+        self.own_builds = private_build_root(candidate) if candidate else None
 
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
@@ -75,10 +85,10 @@ class Children:
 
     def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
         job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
-               "options": self.options.to_dict(), "init_path": str(self.box.io / "init.pt"),
-               "weights_path": str(self.box.io / "weights.pt")}
-        path = (self.box.root if candidate else self.work) / f"{name}.json"
-        path.write_text(json.dumps(job))
+               "options": self.options.to_dict(), "init_path": str(self.handoff / "init.pt"),
+               "weights_path": str(self.handoff / "weights.pt")}
+        path = (self.handoff if candidate else self.work) / f"{name}.json"
+        replace_file(path, json.dumps(job).encode())
         return path
 
     def _popen(self, argv: list[str], env: dict[str, str], name: str, cwd: Path) -> subprocess.Popen:
@@ -118,15 +128,21 @@ class Children:
             self.turn.claim()  # compiling shares the cores that are the device (cuda: start_reference)
         # Fresh copies for every start: an earlier process of the candidate's may have
         # rewritten them (inside bwrap they are read-only as well).
-        shutil.copyfile(self.problem, self.problem_copy)
-        shutil.copyfile(self.candidate, self.candidate_copy)
+        # (written whole and renamed into place: a link planted there is replaced, not followed)
+        replace_file(self.problem_copy, self.problem.read_bytes())
+        replace_file(self.candidate_copy, self.candidate.read_bytes())
         job = self._job("candidate", self.problem_copy, self.candidate_copy)
         trace_event("start", process="candidate", what=self.turn.what, held=self.turn.held)
+        assert self.builds is not None and self.own_builds is not None
+        self.own_builds.mkdir(parents=True, exist_ok=True)
+        self.builds.start()
+        env = {**self._compile_only_env(), **self.builds.env(), PRIVATE_ROOT_ENV: str(self.own_builds)}
         # bwrap's PID namespace ends every process the candidate starts; without it, a subreaper
         compile_only = self.options.stop_after == "compile"  # no GPU device nodes in its sandbox either
         argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
                                      "cpu" if compile_only else self.options.device, self.sandbox,
-                                     [self.problem_copy, self.candidate_copy, job], **self._compile_only_env())
+                                     [self.problem_copy, self.candidate_copy, self.handoff, self.builds.replies],
+                                     [self.own_builds], **env)
         self.cand_proc = self._popen(argv, env, "candidate", self.box.root)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
@@ -180,6 +196,8 @@ class Children:
         kill_group(self.cand_proc)
         kill_all(self.box.marker)
         self.cand_proc = None
+        if self.builds is not None:  # kcoder's builders finish what they started (a .gch), alone
+            self.builds.wait(0.0 if shutting_down() else BACKGROUND_BUILD_S)
 
     def close(self) -> None:
         try:
@@ -190,6 +208,8 @@ class Children:
                 self.ref_proc = None
             if self.ref_box is not None:
                 kill_all(self.ref_box.marker)
+            if self.builds is not None:
+                self.builds.stop()
             if self.box.exchange is not None:
                 shutil.rmtree(self.box.exchange, ignore_errors=True)
         finally:
@@ -208,8 +228,8 @@ class Children:
     def _start_confined_reference(self) -> subprocess.Popen:
         """The reference process in a box of its own: a problem file kcoder's user did not
         choose runs with a scrubbed environment (and under bwrap when the candidate is); it may
-        write only its box, the candidate's box (weights, init inputs; outputs to read) and the
-        build cache."""
+        write only its box and the hand-off folder (weights, init inputs); it reads the
+        candidate's outputs from the shared-memory folder both see."""
         self.ref_box = Box.create(self.work / "reference")
         self.ref_box.exchange = self.box.exchange
         copy = self.ref_box.root / self.problem.name
@@ -217,7 +237,7 @@ class Children:
         job = self._job("reference", copy, None)
         inner = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
         argv, env = confined_command(inner, self.ref_box, self.options.device, self.sandbox, [copy, job],
-                                     [self.box.root])
+                                     [self.handoff, self.box.io])
         return self._popen(argv, env, "reference", self.ref_box.root)
 
 

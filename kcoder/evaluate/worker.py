@@ -89,7 +89,8 @@ class CandidateServer:
         from kcoder.build import detached
 
         self.stamps["built"] = time.time()
-        return {"built": True, "notes": notes + records, "seconds": seconds, "background_jobs": detached.pending(),
+        jobs = detached.pending() + len(build.REMOTE_BACKGROUND)  # kcoder's builders' jobs count too
+        return {"built": True, "notes": notes + records, "seconds": seconds, "background_jobs": jobs,
                 "stamps": self.stamps, "compile_s": round(self.compile_s, 3)}
 
     def _announce_compiles(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from kcoder.procs import RunResult, child_env, run
 from kcoder.profile.ncu_parse import KernelMetrics, NcuParseError, parse_ncu
 from kcoder.profile.options import ProfileOptions
+from kcoder.trust import open_plain
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats")
 FULL_SECTIONS = ("MemoryWorkloadAnalysis_Tables", "ComputeWorkloadAnalysis", "SchedulerStats")
@@ -110,6 +112,14 @@ def _save(prefix: str, rep: Path, pages: dict[str, str]) -> None:
         (base.parent / f"{base.name}_{page}.csv").write_text(text)
 
 
+def _private_copy(report: Path, folder: Path) -> Path:
+    """A copy of `report` in `folder`, read as a regular file without following a link."""
+    copy = folder / report.name
+    with open_plain(report) as src, open(copy, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return copy
+
+
 def run_ncu(ncu: str, target: list[str], tmp: Path, options: ProfileOptions, cwd: Path,
             confine: Confine | None = None) -> NcuOutcome:
     """Profile the target under ncu, import the raw and details pages, parse them. `confine`
@@ -122,19 +132,26 @@ def run_ncu(ncu: str, target: list[str], tmp: Path, options: ProfileOptions, cwd
     full, run_env = confine(cmd, install, LC_ALL="C") if confine is not None else (cmd, env)
     res = run(full, options.ncu_timeout_s, cwd, run_env)
     outcome = NcuOutcome(ok=False, seconds=res.seconds, command=cmd)
-    rep = rep_base.with_suffix(".ncu-rep")
-    outcome.message = ncu_failure(res, options.ncu_timeout_s, report_written=rep.exists())
+    written = rep_base.with_suffix(".ncu-rep")
+    outcome.message = ncu_failure(res, options.ncu_timeout_s, report_written=written.exists())
     if outcome.message:
         return outcome
     outcome.notes = [f"ncu reported: {e}" for e in ncu_errors(res)[:3]]
-    pages = {}
-    for page in ("raw", "details"):
-        r = _import_page(ncu, rep, page, options.import_timeout_s, cwd, env)
-        outcome.seconds += r.seconds
-        pages[page] = r.output if r.rc == 0 else ""
-    outcome.raw_csv, outcome.details_csv = pages["raw"], pages["details"]
-    if options.save_prefix:
-        _save(options.save_prefix, rep, pages)
+    # The box is the target's to write: ncu's import and the saved copy read kcoder's own copy.
+    with tempfile.TemporaryDirectory(prefix="kcoder-ncu-") as private:
+        try:
+            rep = _private_copy(written, Path(private))
+        except OSError as exc:
+            outcome.message = f"ncu's report could not be read: {exc}"
+            return outcome
+        pages = {}
+        for page in ("raw", "details"):
+            r = _import_page(ncu, rep, page, options.import_timeout_s, cwd, env)
+            outcome.seconds += r.seconds
+            pages[page] = r.output if r.rc == 0 else ""
+        outcome.raw_csv, outcome.details_csv = pages["raw"], pages["details"]
+        if options.save_prefix:
+            _save(options.save_prefix, rep, pages)
     try:
         kernels = parse_ncu(pages["raw"] or None, pages["details"] or None)
     except NcuParseError as exc:

@@ -4,8 +4,7 @@
 
 MODE is one of
 - prepare: build the candidate's extensions (recording their build directories, even when
-  the compile fails), and on a GPU run one forward, count the minimum bytes it must move and
-  measure the device's ceilings unless cached;
+  the compile fails), and on a GPU run one forward and count the minimum bytes it must move;
 - run: the process ncu profiles: warm-up forwards outside, then exactly one forward inside
   the NVTX range "kcoder_candidate", so `--nvtx-include "kcoder_candidate/"` sees only the
   candidate's kernels (no reference, no harness, no warm-up);
@@ -22,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -141,14 +139,8 @@ def run_prepare(t: Target) -> None:
     out = t.warm_up()
     moved = _tensors(t.inputs) + _tensors(out) + list(t.model.parameters()) + list(t.model.buffers())
     t.result["min_bytes"] = int(sum(x.numel() * x.element_size() for x in moved))
-    if t.job.get("calibrate", True):
-        from kcoder.device_limits import limits_for
-
-        started = time.perf_counter()
-        limits, measured = limits_for(t.torch, "cuda")  # the judge's speed of light reads the same entry
-        if measured:
-            t.notes.append(f"measured device ceilings in {time.perf_counter() - started:.1f} s (cached)")
-        t.result["limits"] = limits.__dict__
+    # The device's ceilings are not measured here: this process loaded the candidate, and the
+    # judge's speed of light reads them (profile/calibrate.py measures them for the profiler).
 
 
 def _ready_on_gpu(t: Target) -> None:

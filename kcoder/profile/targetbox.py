@@ -5,7 +5,8 @@ evaluator's candidate process.
 profile/target.py, which imports the problem and the candidate. Neither was written by kcoder,
 so the target runs from copies of both files in a private box (evaluate/sandbox.py): a
 scrubbed environment (no credentials; HOME and TMPDIR private), bwrap when available (your
-HOME hidden, the filesystem read-only but for the box and the build cache, no network), and
+HOME hidden, the filesystem read-only but for the box and the candidate's private build folder,
+no network), and
 every process it started killed when the step ends. Under ncu, ncu runs inside the box too:
 ncu and its target must share one namespace to talk to each other.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcoder.build.requests import PRIVATE_ROOT_ENV, private_build_root
 from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
 from kcoder.paths import cache_root
 from kcoder.procs import RunResult, run
@@ -56,7 +58,7 @@ class TargetBox:
 
     @property
     def root(self) -> Path:
-        """The box's folder: the one place (with the build cache) its processes may write."""
+        """The box's folder: the one place (with its private build folder) its processes may write."""
         return self.box.root
 
     def write_job(self, data: dict[str, Any]) -> Path:
@@ -70,7 +72,12 @@ class TargetBox:
         `visible` folders too (ncu's own, should it live in a folder bwrap hides: HOME, /tmp)."""
         job = [self.root / "job.json"] if (self.root / "job.json").exists() else []
         read_only = [self.problem, self.candidate, *job, *(p for p in visible if p.exists())]
-        return confined_command(argv, self.box, self.device, self.mode, read_only, **env)
+        # Its builds: the shared cache read-only (an evaluation's builds are found there), new
+        # ones in the candidate file's private build folder (no build service runs here).
+        own = private_build_root(self.candidate)
+        own.mkdir(parents=True, exist_ok=True)
+        return confined_command(argv, self.box, self.device, self.mode, read_only, [own],
+                                **{PRIVATE_ROOT_ENV: str(own), **env})
 
     def run(self, argv: list[str], timeout_s: float, **env: str) -> RunResult:
         """Run `argv` in the box under `timeout_s`; every process it started is gone afterwards."""

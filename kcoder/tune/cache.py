@@ -4,7 +4,9 @@ A point's measurement depends on the kernel's source (not on the space or the cu
 choice: those literals are cut out of the key), the problem (its shapes), the device (name
 and arch, or the CPU model and core count), the torch and CUDA versions and the precision
 policy. Another GPU, another torch or another problem is another file and so a fresh tuning.
-Entries are JSON under $KCODER_CACHE/tune/; a damaged one is ignored and rewritten.
+Entries are JSON under $KCODER_CACHE/tune/, signed (kcoder/trust.py): a point is taken back
+as a verdict, so an entry whose MAC is not kcoder's (damaged, or written by anything else) is
+ignored and rewritten. The sandbox never mounts tune/.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.paths import cache_root
+from kcoder.trust import read_plain, replace_file, signed, verified
 
 FORMAT = 1
 
@@ -89,7 +92,7 @@ class TuneCache:
 
     def _load(self) -> None:
         try:
-            data = json.loads(self.path.read_text())
+            data = verified(json.loads(read_plain(self.path)))
         except (OSError, ValueError):
             return
         if isinstance(data, dict) and isinstance(data.get("points"), dict):
@@ -112,9 +115,8 @@ class TuneCache:
     def _save(self) -> None:
         # written whole after every point: an interrupted tuning keeps what it measured
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        os.replace(tmp, self.path)
+        data = json.loads(json.dumps(self.data, default=str))  # the MAC covers what is written
+        replace_file(self.path, json.dumps(signed(data), indent=1).encode())
 
 
 def _file_hash(path: Path) -> str:

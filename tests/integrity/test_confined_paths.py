@@ -3,8 +3,8 @@ process: `kcoder profile` (its target imports the candidate), tune's resource st
 evaluation through MCP, and a problem file an MCP client names (the reference process).
 
 The hostile file writes a marker into $HOME and reads OPENAI_API_KEY when imported, and writes
-what it saw into the build cache ($KCODER_CACHE: the one folder outside its box that the
-sandbox lets it write, so the test can read it back). Confined, it leaves no marker in the
+what it saw into a report folder of the test's (bound writable into every sandbox by the
+fixture, so the test can read it back; kcoder's cache is read-only there). Confined, it leaves no marker in the
 user's HOME, sees no key, and its HOME is a private folder. Every case runs with bwrap (where
 it works here) and with `--sandbox none` (scrubbed environment and private HOME only). No
 extension is built: the files are plain Python.
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import PROBLEMS
 
+from kcoder.evaluate import sandbox
 from kcoder.evaluate.sandbox import bwrap_usable
 
 SECRET = "sk-kcoder-test-secret-0123456789"
@@ -32,7 +33,7 @@ try:
     pathlib.Path(_HOME, "kcoder-marker-{nonce}").write_text("was here")
 except OSError:
     pass
-with open(pathlib.Path(os.environ["KCODER_CACHE"], "seen-{nonce}.txt"), "a") as _fh:
+with open(pathlib.Path({seen_dir!r}, "seen-{nonce}.txt"), "a") as _fh:
     _fh.write(f"{{__name__}}|{{os.environ.get('OPENAI_API_KEY')!r}}|{{_HOME}}\\n")
 '''
 
@@ -57,7 +58,16 @@ def spy(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     nonce = uuid.uuid4().hex
-    seen = Path(os.environ["KCODER_CACHE"]) / f"seen-{nonce}.txt"
+    seen_dir = tmp_path / "seen"
+    seen_dir.mkdir()
+    seen = seen_dir / f"seen-{nonce}.txt"
+    plain_bwrap_argv = sandbox.bwrap_argv
+
+    def with_report_folder(*args, **kwargs):
+        argv = plain_bwrap_argv(*args, **kwargs)
+        return argv[:-2] + ["--bind", str(seen_dir), str(seen_dir)] + argv[-2:]  # before --chdir
+
+    monkeypatch.setattr(sandbox, "bwrap_argv", with_report_folder)
 
     def lines() -> list[tuple[str, str, str]]:
         assert not (home / f"kcoder-marker-{nonce}").exists(), "the spy wrote into the user's HOME"
@@ -68,7 +78,7 @@ def spy(tmp_path, monkeypatch):
             assert Path(spy_home) != home and spy_home
         return rows
 
-    return SPY.format(nonce=nonce), lines, tmp_path
+    return SPY.format(nonce=nonce, seen_dir=str(seen_dir)), lines, tmp_path
 
 
 def _files(tmp_path: Path, spy_source: str, spy_in: str) -> tuple[Path, Path]:
@@ -165,7 +175,7 @@ def test_optimize_for_an_mcp_client_confines_the_problem(spy, monkeypatch):
 
 FAKE_NVCC = """#!/bin/sh
 touch "$HOME/kcoder-marker-{nonce}"
-echo "nvcc|${{OPENAI_API_KEY:-None}}|$HOME" >> "$KCODER_CACHE/seen-{nonce}.txt"
+echo "nvcc|${{OPENAI_API_KEY:-None}}|$HOME" >> "{seen_dir}/seen-{nonce}.txt"
 """
 
 
@@ -176,12 +186,12 @@ def test_ptxas_report_runs_the_build_files_command_confined(spy, mode, monkeypat
     from kcoder.evaluate import sandbox
     from kcoder.profile.ptxas import compile_report
 
-    source, lines, _tmp_path = spy
+    source, lines, tmp_path = spy
     nonce = source.split("kcoder-marker-")[1].split('"')[0]
     build = Path(os.environ["KCODER_CACHE"]) / f"fake-build-{nonce}"  # where a candidate can write
     build.mkdir()
     nvcc = build / "nvcc.sh"
-    nvcc.write_text(FAKE_NVCC.format(nonce=nonce))
+    nvcc.write_text(FAKE_NVCC.format(nonce=nonce, seen_dir=tmp_path / "seen"))
     nvcc.chmod(0o755)
     (build / "cuda.cu").write_text(f"// {nonce}\n")
     (build / "build.ninja").write_text(f"nvcc = {nvcc}\ncuda_cflags = -O2\n"

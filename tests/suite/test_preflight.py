@@ -51,14 +51,16 @@ def slow_device(tmp_path, monkeypatch) -> Path:
     import torch
 
     from kcoder.device_limits import device_key
+    from kcoder.trust import signed
 
     cache = tmp_path / "cache"
     (cache / "profile").mkdir(parents=True)
     limits = {"device": device_key(torch, "cpu"), "copy_bytes_per_s": SLOW_COPY_BPS, "fp32_flops_per_s": 1e11,
               "method": "injected by the test",
               "size_rates": {str(2 * 4096 * 4096 * 4): SLOW_COPY_BPS}}  # at the problem's own size as well
-    (cache / "profile" / "devices.json").write_text(json.dumps({limits["device"]: limits}))
     monkeypatch.setenv("KCODER_CACHE", str(cache))
+    # signed with this cache's key, as kcoder's own measurement is (an unsigned entry is not believed)
+    (cache / "profile" / "devices.json").write_text(json.dumps({limits["device"]: signed(limits)}))
     problem = tmp_path / "proj" / "copy.py"
     problem.parent.mkdir()
     problem.write_text(COPY_PROBLEM)

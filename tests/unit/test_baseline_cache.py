@@ -181,12 +181,17 @@ def test_the_sandbox_cannot_change_cached_baselines(tmp_path, private_cache):
     if not bwrap_usable():
         pytest.skip("bwrap cannot run here")
     box = Box.create(tmp_path)
-    argv = bwrap_argv(box, "cpu", [])
-    judged, builds = cache_root() / "baselines" / "planted.json", cache_root() / "planted.txt"
+    own = cache_root() / "build" / "+own-test"  # the candidate's private build folder
+    own.mkdir(parents=True, exist_ok=True)
+    argv = bwrap_argv(box, "cpu", [], [own])
+    judged, elsewhere = cache_root() / "baselines" / "planted.json", cache_root() / "planted.txt"
+    (cache_root() / "baselines").mkdir(exist_ok=True)
     planted = subprocess.run(argv + ["sh", "-c", f"echo x > {judged}"], capture_output=True)
-    built = subprocess.run(argv + ["sh", "-c", f"echo x > {builds}"], capture_output=True)
-    assert built.returncode == 0 and builds.exists(), built.stderr  # the build cache stays writable
+    cached = subprocess.run(argv + ["sh", "-c", f"echo x > {elsewhere}"], capture_output=True)
+    built = subprocess.run(argv + ["sh", "-c", f"echo x > {own / 'planted.txt'}"], capture_output=True)
+    assert built.returncode == 0 and (own / "planted.txt").exists(), built.stderr  # its own builds only
     assert planted.returncode != 0 and not judged.exists()
+    assert not elsewhere.exists(), cached.stderr  # (made, if at all, in the sandbox's private tmpfs)
 
 
 def test_candidate_timing_stops_early_only_when_the_reward_is_decided(problem):

@@ -349,8 +349,9 @@ def test_unusable_counters_fall_back(tmp_path):
 
 # --- the whole flow, with a stand-in for the GPU-side target ---------------------------------------
 PREP_GPU = {"gpu": True, "torch_version": "2.13", "torch_cuda": "13.0", "device_name": "NVIDIA H200",
-            "arch": "sm_90", "min_bytes": 2 * 4096 * 4096 * 4 + 4, "limits": H200.__dict__, "builds": [],
-            "notes": []}
+            "arch": "sm_90", "min_bytes": 2 * 4096 * 4096 * 4 + 4, "builds": [],
+            # the target loaded the candidate: ceilings it reports are never believed
+            "limits": {**H200.__dict__, "copy_bytes_per_s": 1.0}, "notes": []}
 TIMELINE = {"ok": True, "forwards": 5, "timeline": [
     {"name": "void sqdiff_partial_kernel<true>(const float*, const float*, long, float*)",
      "calls_per_forward": 1, "us_per_forward": 31.9, "us_per_call": 31.9},
@@ -369,6 +370,8 @@ def fake_target(monkeypatch):
         return results[mode], RunResult(0, "", False, 0.1)
 
     monkeypatch.setattr(prof, "_run_target", run_target)
+    # the ceilings come from kcoder's own calibration process (profile/calibrate.py)
+    monkeypatch.setattr(prof, "calibrate", lambda folder, timeout_s: ({"limits": H200.__dict__}, None))
     monkeypatch.setattr(prof, "compiler_reports", lambda dirs, timeout, arch: CompilerReport(
         kernels=pick_arch(parse_ptxas(PTXAS_OUT.read_text()), "sm_90")))
     return results, calls
@@ -386,7 +389,14 @@ def test_ncu_runs_inside_bwrap_from_wherever_it_is_installed(fake_target, tmp_pa
     """Under bwrap, /tmp and HOME are private: ncu's own folder (here in pytest's /tmp) is bound
     in, the secret stays out, and its report comes back through the box."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-kcoder-test-secret-0123456789")
-    seen = Path(os.environ["KCODER_CACHE"]) / f"ncu-seen-{time.time_ns()}.txt"  # writable inside the sandbox
+    from kcoder.evaluate import sandbox
+
+    report_dir = tmp_path / "seen"  # bound writable into the sandbox for this test (the cache is read-only)
+    report_dir.mkdir()
+    seen = report_dir / f"ncu-seen-{time.time_ns()}.txt"
+    plain = sandbox.bwrap_argv
+    monkeypatch.setattr(sandbox, "bwrap_argv", lambda *a, **k: plain(*a, **k)[:-2]
+                        + ["--bind", str(report_dir), str(report_dir)] + plain(*a, **k)[-2:])
     ncu = _fake_ncu(tmp_path, f'echo "${{OPENAI_API_KEY:-none}}|$HOME" >> {seen}\n'
                     + SERVE_PAGES.format(raw=RAW, details=DETAILS))
     report = _profile(ncu=ncu, sandbox="bwrap")

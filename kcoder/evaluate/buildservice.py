@@ -1,0 +1,155 @@
+"""kcoder's side of build requests (build/requests.py): while a candidate's process runs, a
+thread of the judge's process watches the requests folder in its box, starts a confined
+trusted builder (build/builder.py) per request, and writes each answer into a folder the
+candidate reads but cannot write.
+
+The request is the candidate's writing: read without following a link, bounded in size,
+checked before anything is built. The builder's sandbox may write the shared build products
+(`build/`, `objects/`, `pch/`, `light/`) and nothing of the candidate's can reach it: its own
+PID namespace, its own box, a copy of the request.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kcoder.build import requests
+from kcoder.evaluate.sandbox import SHARED_PRODUCTS, Box, confined_command, kill_all
+from kcoder.paths import cache_root
+from kcoder.procs import kill_group, read_tail
+from kcoder.trust import UnsafeFile, read_plain, remove_plain, replace_file
+
+POLL_S = 0.1
+
+
+@dataclass
+class _Job:
+    proc: subprocess.Popen
+    box: Box
+    result: Path
+    answered: bool = False
+
+
+class BuildService:
+    """The build requests of one candidate box (`requests`), answered into `replies`."""
+
+    def __init__(self, work: Path, requests_dir: Path, sandbox: str) -> None:
+        self.work, self.requests, self.sandbox = work, requests_dir, sandbox
+        self.replies = work / "replies"
+        for folder in (self.requests, self.replies, work / "builders"):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.jobs: dict[str, _Job | None] = {}  # None: answered without a builder
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def env(self) -> dict[str, str]:
+        """What the candidate's process needs to send requests here."""
+        return {requests.REQUESTS_ENV: str(self.requests), requests.REPLIES_ENV: str(self.replies)}
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.stopping.clear()
+            self.thread = threading.Thread(target=self._loop, name="kcoder-build-service", daemon=True)
+            self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopping.wait(POLL_S):
+            with self.lock:
+                self.poll()
+
+    def poll(self) -> None:
+        """Take new requests, answer finished builds."""
+        try:
+            names = sorted(p.name for p in self.requests.iterdir())
+        except OSError:
+            names = []
+        for name in names:
+            if name.endswith(".json") and not name.startswith(".") and name[:-5] not in self.jobs:
+                self._take(name[:-5])
+        for name, job in self.jobs.items():
+            if job is not None and not job.answered:
+                self._answer(name, job)
+
+    def _take(self, name: str) -> None:
+        path = self.requests / f"{name}.json"
+        try:
+            data = read_plain(path, requests.MAX_REQUEST_BYTES + 1)
+            remove_plain(path)
+            if len(data) > requests.MAX_REQUEST_BYTES:
+                raise requests.Refused("the request is too large")
+            request = json.loads(data)
+            if not isinstance(request, dict):
+                raise requests.Refused("the request is not a JSON object")
+            requests.check_params(request.get("params") or {})
+        except (UnsafeFile, ValueError) as exc:  # Refused is a ValueError
+            self._reply(name, {"refused": str(exc)[:300]})
+            self.jobs[name] = None
+            return
+        self.jobs[name] = self._start_builder(name, request)
+
+    def _start_builder(self, name: str, request: dict[str, Any]) -> _Job:
+        box = Box.create(self.work / "builders" / name)
+        request_copy, result = box.root / "request.json", box.root / "result.json"
+        request_copy.write_text(json.dumps(request))
+        shared = [cache_root() / folder for folder in SHARED_PRODUCTS]
+        for folder in shared:
+            folder.mkdir(parents=True, exist_ok=True)
+        argv, env = confined_command([sys.executable, "-m", "kcoder.build.builder", str(request_copy), str(result)],
+                                     box, "cpu", self.sandbox, [request_copy], shared)
+        log = open(box.root.parent / "builder.log", "ab")  # noqa: SIM115 - the child owns it from here
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                    cwd=box.root, start_new_session=True)
+        finally:
+            log.close()
+        return _Job(proc, box, result)
+
+    def _answer(self, name: str, job: _Job) -> None:
+        if job.result.exists():
+            try:
+                reply = json.loads(job.result.read_text())
+            except (OSError, ValueError):
+                reply = {"refused": "kcoder's builder wrote an unreadable result"}
+        elif job.proc.poll() is not None:
+            tail = read_tail(job.box.root.parent / "builder.log", 2000).strip().splitlines()[-1:] or ["no output"]
+            reply = {"refused": f"kcoder's builder ended without a result: {tail[0][:200]}"}
+        else:
+            return
+        self._reply(name, reply)
+        job.answered = True
+
+    def _reply(self, name: str, reply: dict[str, Any]) -> None:
+        replace_file(self.replies / f"{name}.json", json.dumps(reply, default=str).encode())
+
+    def running(self) -> int:
+        with self.lock:
+            return sum(1 for job in self.jobs.values() if job is not None and job.proc.poll() is None)
+
+    def wait(self, limit_s: float) -> None:
+        """Let running builders (and their background jobs) finish for up to `limit_s`, then
+        end them."""
+        deadline = time.monotonic() + limit_s
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop taking requests and end every builder."""
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        with self.lock:
+            for job in filter(None, self.jobs.values()):
+                if job.proc.poll() is None:
+                    kill_group(job.proc)
+                kill_all(job.box.marker)
+                job.answered = True
