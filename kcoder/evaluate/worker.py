@@ -21,6 +21,7 @@ from typing import Any
 
 from kcoder.build import inline as build
 from kcoder.evaluate.channel import Link
+from kcoder.evaluate.handoff import OutputSender
 from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
 
@@ -54,6 +55,8 @@ class CandidateServer:
         self.previous: Any = None  # the last verification output, kept to catch reuse
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps, for the verdict's stage times
         self.compile_s = 0.0  # seconds inside load_inline
+        share_fd = job.get("handoff_fd")
+        self.sender = OutputSender(share_fd, self.device) if isinstance(share_fd, int) else None
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -181,7 +184,7 @@ class CandidateServer:
                 check_unchanged(inputs, self.inputs(seed), label)
                 raise
             self._integrity(stage, label)
-            self._save(out, path)
+            shared = self._save(out, path)
             if stage == "verify":
                 self.previous = out
             del out
@@ -192,7 +195,7 @@ class CandidateServer:
             raise Failure(stage, f"{prefix}{exc}") from None
         except Failure as exc:
             raise Failure(stage, f"{prefix}{exc.reason}", exc.log) from None
-        return {"saved": True}
+        return _saved(shared)
 
     def op_warmup(self, seeds: list[int]) -> dict[str, Any]:
         from kcoder.evaluate.timing import Clock
@@ -226,8 +229,7 @@ class CandidateServer:
         return {"us": read(), "l2_carveout": carveout}
 
     def op_save_last(self, path: str) -> dict[str, Any]:
-        self._save(self.last, path)
-        return {"saved": True}
+        return _saved(self._save(self.last, path))
 
     def op_batch(self, seed: int, n: int, gate_s: float = 0.0, calibration: bool = False) -> dict[str, Any]:
         """n calls back to back between two messages: the judge times them with its own clock
@@ -282,10 +284,19 @@ class CandidateServer:
         except Exception as exc:
             raise Failure(stage, *_describe_exception(exc, str(self.candidate_path))) from None
 
-    def _save(self, out: Any, path: str) -> None:
+    def _save(self, out: Any, path: str) -> dict[str, Any] | None:
+        """The output for the reference process: shared by descriptor (handoff.py; returns its
+        layout), else saved to `path` (returns None)."""
         from torch.utils.serialization import config
 
         plain = _plain(out)  # a Failure of the candidate's, not kcoder's
+        if self.sender is not None:
+            try:
+                layout = self.sender.send(plain)
+            except OSError as exc:
+                raise HarnessFault(f"sharing the output: {first_line(exc)}") from None
+            if layout is not None:
+                return layout
         # Pinned staging for device-to-host copies; no CRC (it protects nothing against a
         # writer who controls the file, and costs a pass over every byte).
         config.save.use_pinned_memory_for_d2h = self.device == "cuda"
@@ -294,6 +305,7 @@ class CandidateServer:
             self.torch.save(plain, path)
         except Exception as exc:
             raise HarnessFault(f"saving the output: {first_line(exc)}") from None
+        return None
 
     def _integrity(self, stage: str, when: str) -> None:
         torch = self.torch
@@ -328,6 +340,10 @@ class CandidateServer:
 
     def op_peak(self) -> dict[str, Any]:
         return {"peak_mb": self.peak_mb()}
+
+
+def _saved(layout: dict[str, Any] | None) -> dict[str, Any]:
+    return {"saved": True} if layout is None else {"saved": True, "shared": layout}
 
 
 def _inputs_only(problem: Any) -> Any:
