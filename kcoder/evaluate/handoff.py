@@ -137,11 +137,12 @@ def receive_fd(sock: socket.socket, wait_s: float = WAIT_S) -> int:
     return fds[0]
 
 
-def drain(sock: socket.socket) -> int:
+def drain(sock: socket.socket, limit: int = 64) -> int:
     """Close whatever descriptors wait unread on `sock` (a peer that sent more than it was asked
-    for); returns how many messages there were."""
+    for); returns how many messages there were (at most `limit`: a peer that keeps sending
+    cannot keep the judge here)."""
     n = 0
-    while select.select([sock], [], [], 0)[0]:
+    while n < limit and select.select([sock], [], [], 0)[0]:
         try:
             data, fds, _, _ = socket.recv_fds(sock, 16, 4)
         except OSError:

@@ -174,8 +174,11 @@ class Judge:
         from kcoder.evaluate import handoff
 
         layout = reply.get("shared")
-        if layout is None:
-            return {}  # it went through the file
+        if layout is None:  # it went through the file (information only: the candidate's word)
+            note = f"an output went through a file, not by descriptor: {str(reply.get('unshared'))[:160]}"
+            if note not in self.verdict.notes:
+                self.verdict.notes.append(note)
+            return {}
         cand, ref = self.children.cand_share, self.children.ref_share
         assert cand is not None and ref is not None
         try:

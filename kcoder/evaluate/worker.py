@@ -195,7 +195,7 @@ class CandidateServer:
             raise Failure(stage, f"{prefix}{exc}") from None
         except Failure as exc:
             raise Failure(stage, f"{prefix}{exc.reason}", exc.log) from None
-        return _saved(shared)
+        return self._saved(shared)
 
     def op_warmup(self, seeds: list[int]) -> dict[str, Any]:
         from kcoder.evaluate.timing import Clock
@@ -229,7 +229,7 @@ class CandidateServer:
         return {"us": read(), "l2_carveout": carveout}
 
     def op_save_last(self, path: str) -> dict[str, Any]:
-        return _saved(self._save(self.last, path))
+        return self._saved(self._save(self.last, path))
 
     def op_batch(self, seed: int, n: int, gate_s: float = 0.0, calibration: bool = False) -> dict[str, Any]:
         """n calls back to back between two messages: the judge times them with its own clock
@@ -307,6 +307,12 @@ class CandidateServer:
             raise HarnessFault(f"saving the output: {first_line(exc)}") from None
         return None
 
+    def _saved(self, layout: dict[str, Any] | None) -> dict[str, Any]:
+        if layout is not None:
+            return {"saved": True, "shared": layout}
+        why = self.sender.broken if self.sender is not None else "no socket"
+        return {"saved": True, "unshared": why or "its type, device or dtype cannot be shared"}
+
     def _integrity(self, stage: str, when: str) -> None:
         torch = self.torch
         if _timer_identities(torch) != self.timers:
@@ -330,7 +336,9 @@ class CandidateServer:
             return 0.0
         clock = getattr(self, "clock", None)
         fixed = clock.flush_buffer.nbytes if clock is not None else 0
-        return (self.torch.cuda.max_memory_allocated() - fixed) / 2**20
+        # the buffer outputs are shared from (handoff.py) lives outside torch's allocator
+        shared = self.sender.cuda_buffer.size if self.sender is not None and self.sender.cuda_buffer else 0
+        return (self.torch.cuda.max_memory_allocated() - fixed + shared) / 2**20
 
     def op_finish(self, wait_s: float) -> dict[str, Any]:
         """Let background build jobs (the precompiled header) finish before the sandbox ends."""
@@ -340,10 +348,6 @@ class CandidateServer:
 
     def op_peak(self) -> dict[str, Any]:
         return {"peak_mb": self.peak_mb()}
-
-
-def _saved(layout: dict[str, Any] | None) -> dict[str, Any]:
-    return {"saved": True} if layout is None else {"saved": True, "shared": layout}
 
 
 def _inputs_only(problem: Any) -> Any:
