@@ -162,10 +162,8 @@ class DeviceBuffer:
 def import_copy(fd: int, size: int) -> Any:
     """The first `size` bytes of the allocation behind `fd`, copied into a flat uint8 tensor of
     this process's own (the mapping is read-only and gone before this returns). Raises
-    HandoffError when the descriptor is no such allocation or holds fewer bytes."""
+    RuntimeError when the descriptor is no such allocation or holds fewer bytes."""
     import torch
-
-    from kcoder.evaluate.handoff import HandoffError
 
     device = _device()
     handle = _U64(0)
@@ -173,12 +171,12 @@ def import_copy(fd: int, size: int) -> Any:
         # the descriptor travels by value, cast to a pointer (the driver's convention for POSIX fds)
         _check("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), HANDLE_POSIX_FD)
     except RuntimeError as exc:
-        raise HandoffError(f"the output's descriptor is no shareable CUDA allocation ({exc})") from None
+        raise RuntimeError(f"the output's descriptor is no shareable CUDA allocation ({exc})") from None
     try:
         try:
             mapping = _Mapping(handle.value, _padded(size, device), device, ACCESS_READ)
         except RuntimeError as exc:
-            raise HandoffError(f"the shared allocation is smaller than its layout says ({exc})") from None
+            raise RuntimeError(f"the shared allocation is smaller than its layout says ({exc})") from None
         try:
             own = torch.empty(size, dtype=torch.uint8, device="cuda")
             _check("cuMemcpyDtoD_v2", own.data_ptr(), mapping.ptr.value, size)

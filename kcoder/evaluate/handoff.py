@@ -1,9 +1,9 @@
 """Outputs from the candidate's process to the reference process by file descriptor, not file.
 
-The candidate's process copies its output's tensors into one buffer it can share (a memfd on the
-CPU; on the GPU a CUDA allocation exported as a POSIX file descriptor, cudashare.py), sends the
-descriptor over a Unix socket to the judge, and names the layout (structure, dtypes, shapes,
-offsets) in its JSON reply. The judge checks the layout (`validate`: a malformed one is
+The candidate's process (outbox.py) copies its output's tensors into one buffer it can share (a
+memfd on the CPU; on the GPU a CUDA allocation exported as a POSIX file descriptor, cudashare.py),
+sends the descriptor over a Unix socket to the judge, and names the layout (structure, dtypes,
+shapes, offsets) in its JSON reply. The judge checks the layout (`validate`: a malformed one is
 tampering), passes the descriptor on to the reference process with the request to check it, and
 keeps nothing. The reference process checks the layout again, copies the bytes into memory of its
 own before anything else (the candidate's process could change a shared buffer afterwards) and
@@ -163,41 +163,7 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
 
 
 
-# --- the two ends (torch imported lazily: the judge never needs it) ------------------------------
-def describe(out: Any, device: str) -> tuple[dict[str, Any], list[tuple[Any, int]]] | None:
-    """The layout of an output and its tensors' bytes as (flat uint8 tensor, offset) pairs, or
-    None when the output cannot travel by descriptor (a tensor on another device, not strided,
-    of another dtype; a value that is not a number; nothing to share)."""
-    parts: list[tuple[Any, int]] = []
-    size = [0]
-    tree = _describe(out, device, parts, size, 0)
-    if tree is None or not parts or size[0] == 0:
-        return None
-    return {"size": size[0], "tree": tree}, parts
-
-
-def _describe(out: Any, device: str, parts: list[tuple[Any, int]], size: list[int], depth: int) -> Any:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        dtype = str(out.dtype).replace("torch.", "")
-        if (type(out) is not torch.Tensor or out.layout != torch.strided or out.device.type != device
-                or dtype not in ITEMSIZE or out.dim() > MAX_DIMS):
-            return None
-        flat = out.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
-        offset = size[0]
-        size[0] += -(-flat.numel() // ALIGN) * ALIGN
-        if flat.numel():
-            parts.append((flat, offset))
-        return ["t", dtype, list(out.shape), offset]
-    if type(out) in (list, tuple) and depth < MAX_DEPTH:
-        children = [_describe(o, device, parts, size, depth + 1) for o in out]
-        return None if any(c is None for c in children) else ["l" if type(out) is list else "u", children]
-    if out is None or type(out) in (bool, int, float):
-        return ["v", out]
-    return None
-
-
+# --- the reference process's end (torch imported lazily: the judge never needs it) ----------------
 def rebuild(tree: Any, buffer: Any) -> Any:
     """The output a validated layout describes, its tensors views of `buffer` (flat uint8, the
     reference process's own copy of the shared bytes)."""
@@ -212,64 +178,6 @@ def rebuild(tree: Any, buffer: Any) -> Any:
     _, dtype, shape, offset = tree
     leaf = Leaf(dtype, shape, offset)
     return buffer[offset:offset + leaf.nbytes].view(getattr(torch, dtype)).view(shape)
-
-
-class OutputSender:
-    """The candidate process's end: shares an output's bytes and sends their descriptor."""
-
-    def __init__(self, fd: int, device: str) -> None:
-        self.sock = socket.socket(fileno=fd)
-        self.device = device
-        self.broken = ""  # why sharing failed once (outputs then go through files)
-        self.cuda_buffer: Any = None
-
-    def send(self, out: Any) -> dict[str, Any] | None:
-        """Share `out` and send its descriptor; returns the layout for the judge, or None when
-        the output must go through a file."""
-        described = None if self.broken else describe(out, self.device)
-        if described is None:
-            return None
-        layout, parts = described
-        try:
-            fd = self._export(parts, layout["size"])
-        except (OSError, RuntimeError) as exc:  # the driver cannot share memory here: files from now on
-            self.broken = str(exc)[:200]
-            return None
-        try:
-            send_fd(self.sock, fd)
-        finally:
-            os.close(fd)
-        return layout
-
-    def _export(self, parts: list[tuple[Any, int]], size: int) -> int:
-        if self.device == "cuda":
-            from kcoder.evaluate.cudashare import DeviceBuffer
-
-            if self.cuda_buffer is None or self.cuda_buffer.size < size:
-                self.cuda_buffer = None  # the old one is released first: one buffer alive at a time
-                self.cuda_buffer = DeviceBuffer(size)
-            return self.cuda_buffer.export(parts)
-        return _export_host(parts, size)
-
-
-def _export_host(parts: list[tuple[Any, int]], size: int) -> int:
-    """A memfd holding the parts at their offsets."""
-    import mmap
-
-    import torch
-
-    fd = os.memfd_create("kcoder-output", os.MFD_CLOEXEC)
-    try:
-        os.ftruncate(fd, size)
-        with mmap.mmap(fd, size) as mapped:
-            view = torch.frombuffer(mapped, dtype=torch.uint8)
-            for flat, offset in parts:
-                view[offset:offset + flat.numel()].copy_(flat)
-            del view
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def receive_output(sock: socket.socket, layout: Any, reference_bytes: int, device: str) -> Any:
@@ -287,7 +195,10 @@ def receive_output(sock: socket.socket, layout: Any, reference_bytes: int, devic
         elif device == "cuda":
             from kcoder.evaluate.cudashare import import_copy
 
-            buffer = import_copy(fd, size)
+            try:
+                buffer = import_copy(fd, size)
+            except RuntimeError as exc:
+                raise HandoffError(str(exc)) from None
         else:
             buffer = _import_host(fd, size)
     finally:

@@ -24,11 +24,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 EXPORTER = textwrap.dedent("""
     import os, socket, sys
     import torch
-    from kcoder.evaluate.handoff import OutputSender
+    from kcoder.evaluate.outbox import Outbox
     big = int(sys.argv[2])
     torch.manual_seed(7)
     out = (torch.randn((3 << 28) + 1 if big else 1000, device="cuda"), [torch.arange(5, device="cuda") * 3, 1.5])
-    layout = OutputSender(int(sys.argv[1]), "cuda").send(out)
+    layout = Outbox(int(sys.argv[1]), "cuda").send(out)
     print(__import__("json").dumps(layout), flush=True)
     sys.stdin.read()  # keep the allocation alive until the reader is done
 """)
@@ -87,11 +87,11 @@ def test_outputs_by_descriptor_are_judged(tmp_path, sandbox):
 
 
 # The candidate's code replaces how the worker describes its output: a misaligned offset.
-FORGE = """import kcoder.evaluate.handoff as _handoff
-_describe = _handoff.describe
+FORGE = """import kcoder.evaluate.outbox as _outbox
+_describe = _outbox.describe
 def _forged(out, device):
     described = _describe(out, device)
     if described is not None:
         described[0]["tree"][3] = 3
     return described
-_handoff.describe = _forged"""
+_outbox.describe = _forged"""

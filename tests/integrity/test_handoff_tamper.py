@@ -1,4 +1,4 @@
-"""A candidate that forges the layout of its shared output (evaluate/handoff.py) gets a verdict,
+"""A candidate that forges the layout of its shared output (evaluate/outbox.py, handoff.py) gets a verdict,
 never a crash of kcoder and never a pass: the judge refuses a malformed layout as tampering, the
 reference process reports a wrong shape as a wrong answer. Both sandbox modes: the
 descriptor must cross bwrap's namespaces as well. (Static checks off: they would refuse the
@@ -14,15 +14,15 @@ from sources import candidate_source
 HONEST = "return _ext.scale_add_relu(x, y, self.scale)"
 # The candidate's process is kcoder's worker with the candidate's code inside it: it can replace
 # how the worker describes outputs.
-FORGE = """import kcoder.evaluate.handoff as _handoff
-_describe = _handoff.describe
+FORGE = """import kcoder.evaluate.outbox as _outbox
+_describe = _outbox.describe
 def _forged(out, device):
     described = _describe(out, device)
     if described is not None:
         layout = described[0]
         {edit}
     return described
-_handoff.describe = _forged"""
+_outbox.describe = _forged"""
 MISALIGNED = "layout['tree'][3] = 3"
 LONGER = "layout['tree'][2] = [layout['tree'][2][0] * 2] + layout['tree'][2][1:]; layout['size'] *= 2"
 

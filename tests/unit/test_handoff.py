@@ -1,4 +1,4 @@
-"""Outputs by descriptor (evaluate/handoff.py): the layout's checks, and a round trip from the
+"""Outputs by descriptor (evaluate/outbox.py, handoff.py): the layout's checks, and a round trip from the
 candidate's end through the judge's relay to the reference's own copy, on the CPU (a memfd; the
 GPU's exported allocation is tests/gpu/test_handoff_gpu.py)."""
 
@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from kcoder.evaluate import handoff
-from kcoder.evaluate.handoff import HandoffError, OutputSender, receive_fd, receive_output, send_fd, validate
+from kcoder.evaluate.handoff import HandoffError, receive_fd, receive_output, send_fd, validate
+from kcoder.evaluate.outbox import Outbox, describe
 
 
 def _output():
@@ -25,7 +26,7 @@ def _relay(out, reference_bytes: int = 1 << 20, edit=None):
     cand_judge, cand_child = handoff.socket_pair()
     ref_judge, ref_child = handoff.socket_pair()
     try:
-        sender = OutputSender(os.dup(cand_child.fileno()), "cpu")
+        sender = Outbox(os.dup(cand_child.fileno()), "cpu")
         layout = sender.send(out)
         assert layout is not None
         if edit:
@@ -65,11 +66,11 @@ def test_an_output_larger_than_the_bound_is_refused():
 
 
 def test_outputs_that_cannot_travel_by_descriptor_say_so():
-    assert handoff.describe(torch.zeros(2, device="meta"), "cpu") is None
-    assert handoff.describe(torch.zeros(2).to_sparse(), "cpu") is None
-    assert handoff.describe([torch.zeros(2), "text"], "cpu") is None
-    assert handoff.describe([1, 2.0], "cpu") is None  # nothing to share: the file carries it
-    assert handoff.describe(torch.zeros(2), "cuda") is None  # a CPU tensor from a cuda candidate
+    assert describe(torch.zeros(2, device="meta"), "cpu") is None
+    assert describe(torch.zeros(2).to_sparse(), "cpu") is None
+    assert describe([torch.zeros(2), "text"], "cpu") is None
+    assert describe([1, 2.0], "cpu") is None  # nothing to share: the file carries it
+    assert describe(torch.zeros(2), "cuda") is None  # a CPU tensor from a cuda candidate
 
 
 GOOD = {"size": 512, "tree": ["u", [["t", "float32", [2, 3], 0], ["v", 1.5], ["t", "int64", [4], 256]]]}
