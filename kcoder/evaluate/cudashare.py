@@ -110,8 +110,14 @@ class _Mapping:
             _check("cuMemAddressFree", self.ptr, size)
             raise
         try:
-            desc = _Access(location_type=LOCATION_DEVICE, location_id=device, flags=access)
-            _check("cuMemSetAccess", self.ptr, size, ctypes.byref(desc), 1)
+            try:
+                _check("cuMemSetAccess", self.ptr, size, ctypes.byref(_Access(LOCATION_DEVICE, device, access)), 1)
+            except RuntimeError:
+                if access == ACCESS_READWRITE:
+                    raise
+                # a driver that maps read-write only: this process still only copies from it
+                _check("cuMemSetAccess", self.ptr, size, ctypes.byref(_Access(LOCATION_DEVICE, device,
+                                                                              ACCESS_READWRITE)), 1)
         except RuntimeError:
             self.close()
             raise

@@ -16,6 +16,7 @@ This module is torch-free where the judge uses it (`validate`, the socket helper
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import socket
@@ -207,12 +208,12 @@ def receive_output(sock: socket.socket, layout: Any, reference_bytes: int, devic
 
 
 def _import_host(fd: int, size: int) -> Any:
-    """`size` bytes read from the descriptor into memory of this process. Read, never mapped:
-    the candidate's process could shrink a mapped memfd under this process (SIGBUS)."""
+    """`size` bytes read from the descriptor into a tensor of this process's own. Read, never
+    mapped: the candidate's process could shrink a mapped memfd under this process (SIGBUS)."""
     import torch
 
-    buffer = bytearray(size)
-    view, done = memoryview(buffer), 0
+    buffer = torch.empty(size, dtype=torch.uint8)
+    view, done = host_view(buffer), 0
     while done < size:
         try:
             n = os.preadv(fd, [view[done:]], done)
@@ -221,4 +222,9 @@ def _import_host(fd: int, size: int) -> Any:
         if n <= 0:
             raise HandoffError(f"the shared output holds {done} bytes, its layout names {size}")
         done += n
-    return torch.frombuffer(buffer, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+    return buffer
+
+
+def host_view(flat: Any) -> memoryview:
+    """A memoryview of a contiguous CPU uint8 tensor's bytes (no copy, no numpy)."""
+    return memoryview((ctypes.c_ubyte * flat.numel()).from_address(flat.data_ptr())).cast("B")
