@@ -12,6 +12,7 @@ back-to-back batches (crosscheck.py), and timed outputs are checked at random ro
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import statistics
@@ -55,6 +56,7 @@ class Judge:
         self.broken = False  # the candidate's channel failed: never wait on it again
         self.stages = StageClock()  # where the seconds go (verdict.seconds)
         self.spawned = 0.0  # wall clock just before the candidate's latest start
+        self.output_bytes = 0  # one reference output's bytes (the bound on a shared output's)
 
     def seed(self) -> int:
         return self.rng.randrange(1, 2**31)
@@ -91,6 +93,7 @@ class Judge:
         v.footprint_mb = _round(info.get("footprint_mb"))
         # Outputs travel through files: at real sizes, checks during timing are rationed.
         output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
+        self.output_bytes = int(output_mb * 2**20) + 1
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
         self.children.use_shared_memory(output_mb * 2**20)
         self.finish_start(first=True)
@@ -157,13 +160,41 @@ class Judge:
         seed = self.last_seed if save_last else self.seed()
         path = str(self.children.box.outputs / f"out-{secrets.token_hex(8)}.pt")
         if save_last:
-            self.ask_candidate(_left(deadline), stage, op="save_last", path=path, expect="saved")
+            reply = self.ask_candidate(_left(deadline), stage, op="save_last", path=path, expect="saved")
         else:
-            self.ask_candidate(_left(deadline), stage, op="verify", seed=seed, path=path, label=label,
-                               expect="saved")
+            reply = self.ask_candidate(_left(deadline), stage, op="verify", seed=seed, path=path, label=label,
+                                       expect="saved")
         result = self.ask_reference(_left(deadline), stage, op="check", seed=seed, path=path, label=label,
-                                    perturbed=perturbed)
+                                    perturbed=perturbed, **self.pass_output(reply))
         self._judge_check(result, stage, label)
+
+    def pass_output(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """An output that travels by descriptor (handoff.py): its layout checked, its descriptor
+        passed from the candidate's socket to the reference's; the request's extra fields."""
+        from kcoder.evaluate import handoff
+
+        layout = reply.get("shared")
+        if layout is None:  # it went through the file (information only: the candidate's word)
+            note = f"an output went through a file, not by descriptor: {str(reply.get('unshared'))[:160]}"
+            if note not in self.verdict.notes:
+                self.verdict.notes.append(note)
+            return {}
+        cand, ref = self.children.cand_share, self.children.ref_share
+        assert cand is not None and ref is not None
+        try:
+            handoff.validate(layout, handoff.bytes_bound(self.output_bytes))
+            fd = handoff.receive_fd(cand)
+        except handoff.HandoffError as exc:
+            self.tampered(f"an output descriptor that does not hold what it claims: {exc}")
+        try:
+            if handoff.drain(cand):
+                self.tampered("more output descriptors than outputs")
+            handoff.send_fd(ref, fd)
+        except OSError as exc:
+            self.harness_error(f"passing an output to the reference process failed: {exc}")
+        finally:
+            os.close(fd)
+        return {"shared": layout}
 
     def _judge_check(self, result: dict[str, Any], stage: str, label: str) -> None:
         """Fail on the reference process's finding; keep the error statistics otherwise."""

@@ -72,7 +72,9 @@ def main() -> None:
         os._exit(143)
 
     signal.signal(signal.SIGTERM, stop)
-    child = subprocess.Popen(sys.argv[1:])
+    # close_fds=False: the descriptors the judge passed on (handoff.py's socket) reach the child;
+    # every other descriptor of this process is non-inheritable (PEP 446) and stays here.
+    child = subprocess.Popen(sys.argv[1:], close_fds=False)
     code = child.wait()
     kill_descendants()
     os._exit(code if code >= 0 else 128 - code)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,8 @@ class ReferenceServer:
         self.compiled: Any = None
         self.flush_bytes = 0
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
+        share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
+        self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
 
     def start(self) -> dict[str, Any]:
         notes = build.prepare_environment(self.device)
@@ -140,18 +143,16 @@ class ReferenceServer:
                 self.link.reply(error=f"{op}: {first_line(exc)}")
             self._release()
 
-    def op_check(self, seed: int, path: str, label: str, perturbed: int = 0) -> dict[str, Any]:
-        """Compare the candidate's saved output for input set `seed` (after `perturbed`
-        batch changes) with the reference's."""
+    def op_check(self, seed: int, path: str, label: str, perturbed: int = 0,
+                 shared: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Compare the candidate's output for input set `seed` (after `perturbed` batch
+        changes) with the reference's: `shared` (its layout) when it came by descriptor, else
+        saved at `path`."""
         from kcoder.evaluate.compare import Mismatch, compare_outputs
 
-        torch = self.torch
         ref = self.reference(seed, perturbed)
         try:
-            # Read, never mmap: the candidate's process could truncate a mapped file (SIGBUS here).
-            # A regular file only, no link followed: the folder is the candidate's to write.
-            with open_plain(path) as fh:
-                out = torch.load(fh, weights_only=True, map_location=self.device)
+            out = self._candidate_output(path, shared, ref)
         except Exception as exc:
             return {"ok": False, "reason": f"{label}: the candidate's output could not be read back "
                                            f"({first_line(exc)[:120]})"}
@@ -163,6 +164,18 @@ class ReferenceServer:
             return {"ok": False, "mismatch": str(exc)}
         self.fingerprints.add(_fingerprint(ref))
         return {"ok": True, "stats": stats.__dict__}
+
+    def _candidate_output(self, path: str, shared: dict[str, Any] | None, ref: Any) -> Any:
+        if shared is None:
+            # Read, never mmap: the candidate's process could truncate a mapped file (SIGBUS here).
+            # A regular file only, no link followed: the folder is the candidate's to write.
+            with open_plain(path) as fh:
+                return self.torch.load(fh, weights_only=True, map_location=self.device)
+        from kcoder.evaluate.compare import flatten_outputs
+        from kcoder.evaluate.handoff import receive_output
+
+        ref_bytes = sum(t.nbytes for _, t in flatten_outputs(ref) if isinstance(t, self.torch.Tensor))
+        return receive_output(self.share, shared, ref_bytes, self.device)
 
     def op_notes(self) -> dict[str, Any]:
         """What the checks could not tell: degenerate problems."""

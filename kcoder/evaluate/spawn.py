@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from kcoder.build.requests import PRIVATE_ROOT_ENV, private_build_root
 from kcoder.devicelock import DeviceTurn, trace_event
 from kcoder.evaluate.buildservice import BuildService
 from kcoder.evaluate.channel import ChannelError, Limits, Peer
+from kcoder.evaluate.handoff import socket_pair
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
 from kcoder.evaluate.sandbox import Box, confined_command, kill_all, marked_pids, resident_bytes, scrubbed_env
@@ -75,6 +77,9 @@ class Children:
         self.handoff.mkdir(mode=0o755)
         self.builds = BuildService(work, self.box.root / "requests", sandbox) if candidate else None
         self.own_builds = private_build_root(candidate) if candidate else None
+        # Unix sockets to each process: outputs' descriptors travel candidate -> judge -> reference (handoff.py)
+        self.ref_share: socket.socket | None = None
+        self.cand_share: socket.socket | None = None
 
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
@@ -83,29 +88,34 @@ class Children:
                                  _shared_memory_free() >= 2 * output_bytes + SHARED_MEMORY_SPARE)
         return self.box.use_exchange
 
-    def _job(self, name: str, problem: Path, candidate: Path | None) -> Path:
+    def _job(self, name: str, problem: Path, candidate: Path | None, share_fd: int | None = None) -> Path:
         job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
                "options": self.options.to_dict(), "init_path": str(self.handoff / "init.pt"),
-               "weights_path": str(self.handoff / "weights.pt")}
+               "weights_path": str(self.handoff / "weights.pt"), "handoff_fd": share_fd}
         path = (self.handoff if candidate else self.work) / f"{name}.json"
         replace_file(path, json.dumps(job).encode())
         return path
 
-    def _popen(self, argv: list[str], env: dict[str, str], name: str, cwd: Path) -> subprocess.Popen:
+    def _popen(self, argv: list[str], env: dict[str, str], name: str, cwd: Path,
+               share: socket.socket | None = None) -> subprocess.Popen:
         log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it from here
         try:
             return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                    start_new_session=True, env=env, cwd=cwd)
+                                    start_new_session=True, env=env, cwd=cwd,
+                                    pass_fds=[share.fileno()] if share else [])
         finally:
             log.close()
+            if share is not None:
+                share.close()  # the child's end lives in the child alone
 
     def start_reference(self) -> Peer:
         self.turn.claim()  # its forward passes and baselines run on the device
         trace_event("start", process="reference", what=self.turn.what, held=self.turn.held)
+        self.ref_share, theirs = socket_pair()
         if self.options.confine_problem:
-            self.ref_proc = self._start_confined_reference()
+            self.ref_proc = self._start_confined_reference(theirs)
         else:
-            job = self._job("reference", self.problem, None)
+            job = self._job("reference", self.problem, None, theirs.fileno())
             env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
             env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
                        PYTHONDONTWRITEBYTECODE="1")
@@ -114,7 +124,7 @@ class Children:
             # signal still ends the reference process and whatever it started (compile workers).
             argv = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m",
                     "kcoder.evaluate.reference", str(job)]
-            self.ref_proc = self._popen(argv, env, "reference", self.work)
+            self.ref_proc = self._popen(argv, env, "reference", self.work, theirs)
         opts = self.options
         limits = Limits({"import": opts.problem_timeout_s, "compile": opts.problem_timeout_s,
                          "init": opts.problem_timeout_s}, opts.problem_timeout_s)
@@ -131,7 +141,8 @@ class Children:
         # (written whole and renamed into place: a link planted there is replaced, not followed)
         replace_file(self.problem_copy, self.problem.read_bytes())
         replace_file(self.candidate_copy, self.candidate.read_bytes())
-        job = self._job("candidate", self.problem_copy, self.candidate_copy)
+        self.cand_share, theirs = socket_pair()
+        job = self._job("candidate", self.problem_copy, self.candidate_copy, theirs.fileno())
         trace_event("start", process="candidate", what=self.turn.what, held=self.turn.held)
         assert self.builds is not None and self.own_builds is not None
         self.own_builds.mkdir(parents=True, exist_ok=True)
@@ -143,7 +154,7 @@ class Children:
                                      "cpu" if compile_only else self.options.device, self.sandbox,
                                      [self.problem_copy, self.candidate_copy, self.handoff, self.builds.replies],
                                      [self.own_builds], **env)
-        self.cand_proc = self._popen(argv, env, "candidate", self.box.root)
+        self.cand_proc = self._popen(argv, env, "candidate", self.box.root, theirs)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
                          "init": opts.init_timeout_s}, opts.import_timeout_s)
@@ -198,6 +209,7 @@ class Children:
         self.cand_proc = None
         if self.builds is not None:  # kcoder's builders finish what they started (a .gch), alone
             self.builds.wait(0.0 if shutting_down() else BACKGROUND_BUILD_S)
+        self.cand_share = _close_socket(self.cand_share)
 
     def close(self) -> None:
         try:
@@ -206,6 +218,7 @@ class Children:
                 _close_pipes(self.ref_proc)
                 kill_group(self.ref_proc)
                 self.ref_proc = None
+            self.ref_share = _close_socket(self.ref_share)
             if self.ref_box is not None:
                 kill_all(self.ref_box.marker)
             if self.builds is not None:
@@ -225,7 +238,7 @@ class Children:
             env["TORCH_CUDA_ARCH_LIST"] = self.options.build_arch
         return env
 
-    def _start_confined_reference(self) -> subprocess.Popen:
+    def _start_confined_reference(self, share: socket.socket) -> subprocess.Popen:
         """The reference process in a box of its own: a problem file kcoder's user did not
         choose runs with a scrubbed environment (and under bwrap when the candidate is); it may
         write only its box and the hand-off folder (weights, init inputs); it reads the
@@ -234,11 +247,11 @@ class Children:
         self.ref_box.exchange = self.box.exchange
         copy = self.ref_box.root / self.problem.name
         shutil.copyfile(self.problem, copy)
-        job = self._job("reference", copy, None)
+        job = self._job("reference", copy, None, share.fileno())
         inner = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
         argv, env = confined_command(inner, self.ref_box, self.options.device, self.sandbox, [copy, job],
                                      [self.handoff, self.box.io])
-        return self._popen(argv, env, "reference", self.ref_box.root)
+        return self._popen(argv, env, "reference", self.ref_box.root, share)
 
 
 def _shared_memory_free() -> int:
@@ -257,6 +270,11 @@ def _shared_memory_folder() -> Path | None:
         return Path(tempfile.mkdtemp(prefix="kcoder-outputs-", dir=SHARED_MEMORY))
     except OSError:
         return None
+
+
+def _close_socket(sock: socket.socket | None) -> None:
+    if sock is not None:
+        sock.close()
 
 
 def _close_pipes(proc: subprocess.Popen) -> None:

@@ -23,6 +23,7 @@ from kcoder.build import inline as build
 from kcoder.evaluate.channel import Link
 from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.outbox import Outbox
 
 CANDIDATE_MODULE = "kcoder_candidate"
 # Requests after which the allocator's cache is kept: emptying it would make the next timed
@@ -54,6 +55,8 @@ class CandidateServer:
         self.previous: Any = None  # the last verification output, kept to catch reuse
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps, for the verdict's stage times
         self.compile_s = 0.0  # seconds inside load_inline
+        share_fd = job.get("handoff_fd")
+        self.outbox = Outbox(share_fd if isinstance(share_fd, int) else None, self.device)
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> dict[str, Any]:
@@ -182,7 +185,7 @@ class CandidateServer:
                 check_unchanged(inputs, self.inputs(seed), label)
                 raise
             self._integrity(stage, label)
-            self._save(out, path)
+            reply = self._save(out, path)
             if stage == "verify":
                 self.previous = out
             del out
@@ -193,7 +196,7 @@ class CandidateServer:
             raise Failure(stage, f"{prefix}{exc}") from None
         except Failure as exc:
             raise Failure(stage, f"{prefix}{exc.reason}", exc.log) from None
-        return {"saved": True}
+        return reply
 
     def op_warmup(self, seeds: list[int]) -> dict[str, Any]:
         from kcoder.evaluate.timing import Clock
@@ -227,8 +230,7 @@ class CandidateServer:
         return {"us": read(), "l2_carveout": carveout}
 
     def op_save_last(self, path: str) -> dict[str, Any]:
-        self._save(self.last, path)
-        return {"saved": True}
+        return self._save(self.last, path)
 
     def op_batch(self, seed: int, n: int, gate_s: float = 0.0, calibration: bool = False) -> dict[str, Any]:
         """n calls back to back between two messages: the judge times them with its own clock
@@ -283,16 +285,14 @@ class CandidateServer:
         except Exception as exc:
             raise Failure(stage, *_describe_exception(exc, str(self.candidate_path))) from None
 
-    def _save(self, out: Any, path: str) -> None:
-        from torch.utils.serialization import config
+    def _save(self, out: Any, path: str) -> dict[str, Any]:
+        """The output to the reference process (outbox.py): by descriptor, else through `path`."""
+        from kcoder.evaluate.outbox import NotPlain
 
-        plain = _plain(out)  # a Failure of the candidate's, not kcoder's
-        # Pinned staging for device-to-host copies; no CRC (it protects nothing against a
-        # writer who controls the file, and costs a pass over every byte).
-        config.save.use_pinned_memory_for_d2h = self.device == "cuda"
-        config.save.compute_crc32 = False
         try:
-            self.torch.save(plain, path)
+            return self.outbox.deliver(out, path)
+        except NotPlain as exc:  # the candidate's failure, not kcoder's
+            raise Failure("verify", str(exc)) from None
         except Exception as exc:
             raise HarnessFault(f"saving the output: {first_line(exc)}") from None
 
@@ -319,7 +319,8 @@ class CandidateServer:
             return 0.0
         clock = getattr(self, "clock", None)
         fixed = clock.flush_buffer.nbytes if clock is not None else 0
-        return (self.torch.cuda.max_memory_allocated() - fixed) / 2**20
+        shared = self.outbox.shared_bytes()  # outside torch's allocator (outbox.py)
+        return (self.torch.cuda.max_memory_allocated() - fixed + shared) / 2**20
 
     def op_finish(self, wait_s: float) -> dict[str, Any]:
         """Let background build jobs (the precompiled header) finish before the sandbox ends."""
@@ -337,20 +338,6 @@ def _inputs_only(problem: Any) -> Any:
         if hasattr(problem, name):
             delattr(problem, name)
     return problem
-
-
-def _plain(out: Any) -> Any:
-    """Outputs as plain tensors/lists/scalars that the judge's weights_only loader accepts;
-    the exact type is checked here (a subclass would not survive the trip)."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        if type(out) is not torch.Tensor:
-            raise Failure("verify", f"output is a {type(out).__name__}, not a plain torch.Tensor")
-        return out.detach()
-    if isinstance(out, (list, tuple)):
-        return type(out)(_plain(o) for o in out) if type(out) in (list, tuple) else [_plain(o) for o in out]
-    return out
 
 
 def _describe_exception(exc: BaseException, candidate: str) -> tuple[str, str]:
