@@ -79,7 +79,8 @@ def level_figures(rows: list[dict]) -> dict:
             "geomean_vs_eager": geomean([r["speedup_vs_eager"] for r in timed]),
             "geomean_vs_compile": geomean([r["speedup_vs_compile"] for r in timed]),
             "at_margin_vs_compile": sum(r["speedup_vs_compile"] >= MARGIN for r in timed),
-            "mean_sol": sum(sol) / len(sol) if sol else None, "mean_compile_sol": sum(csol) / len(csol) if csol else None}
+            "mean_sol": sum(sol) / len(sol) if sol else None,
+            "mean_compile_sol": sum(csol) / len(csol) if csol else None}
 
 
 def _x(v: float | None) -> str:
@@ -116,7 +117,8 @@ def render(rows: list[dict], source: str = "") -> str:
     levels = sorted({r.get("level") for r in rows}, key=lambda v: 99 if v is None else v)
     for level in levels:
         f = level_figures([r for r in rows if r.get("level") == level])
-        lines.append(f"| {'other' if level is None else level} | {f['problems']} | {_share(f['verified'], f['problems'])} "
+        name = "other" if level is None else level
+        lines.append(f"| {name} | {f['problems']} | {_share(f['verified'], f['problems'])} "
                      f"| {_share(f['faster_than_eager'], f['problems'])} | {_x(f['geomean_vs_eager'])} "
                      f"| {_x(f['geomean_vs_compile'])} | {_share(f['at_margin_vs_compile'], f['problems'])} "
                      f"| {_pct(f['mean_sol'])} / {_pct(f['mean_compile_sol'])} |")

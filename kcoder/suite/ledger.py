@@ -138,7 +138,8 @@ def row_of(record: dict[str, Any], spec: dict[str, Any], ident: dict[str, Any]) 
     verdict = record.get("verdict") or {}
     problem = Path(spec["problem"])
     row = {"name": spec["name"], "level": level_of(spec["problem"]), "problem": f"{problem.parent.name}/{problem.name}",
-           "problem_sha256": sha256(spec.get("problem_source")), "candidate_sha256": sha256(spec.get("solution_source")),
+           "problem_sha256": sha256(spec.get("problem_source")),
+           "candidate_sha256": sha256(spec.get("solution_source")),
            "commit": ident["commit"], "device": ident["device"],
            # the verdict's own names win: they say where it really ran
            "device_name": verdict.get("device_name") or ident["device_name"],
