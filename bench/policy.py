@@ -101,6 +101,24 @@ def emit(todo: list[Path], settings: Settings, out_dir: Path, jobs: int = 1) -> 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     covered, ops, errors, footprints = 0, Counter(), Counter(), {}
+
+    def report(problem: Path, g, mb: float | None) -> None:
+        nonlocal covered
+        name = problem_name(problem)
+        if g.source is not None and not g.kernels:  # only library calls: nothing of the policy's to judge
+            errors["library calls only"] += 1
+            print(f"{name:50} none      library calls only (no kernel of its own)", flush=True)
+        elif g.source is not None:
+            covered += 1
+            (out_dir / f"{name}.py").write_text(g.source)
+            footprints[name] = mb
+            print(f"{name:50} rendered  {len(g.kernels)} kernel(s), {mb} MB", flush=True)
+        else:
+            ops.update(g.unsupported)
+            errors["unsupported" if g.unsupported else "capture/plan"] += 1
+            why = ", ".join(f"{op} x{n}" for op, n in g.unsupported.items()) or g.error.splitlines()[-1][-100:]
+            print(f"{name:50} none      {why}", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="kcoder-bench-emit-") as tmp:
         def render(item: tuple[int, Path]):
             work = Path(tmp) / f"{item[0]:03d}"
@@ -108,23 +126,15 @@ def emit(todo: list[Path], settings: Settings, out_dir: Path, jobs: int = 1) -> 
             graph = work / "graph.json"
             return g, footprint_mb(json.loads(graph.read_text())) if graph.is_file() else None
 
+        killed = []
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            for problem, (g, mb) in zip(todo, pool.map(render, enumerate(todo)), strict=True):
-                name = problem_name(problem)
-                if g.source is not None and not g.kernels:  # only library calls: nothing of the policy's to judge
-                    errors["library calls only"] += 1
-                    print(f"{name:50} none      library calls only (no kernel of its own)", flush=True)
-                    continue
-                if g.source is not None:
-                    covered += 1
-                    (out_dir / f"{name}.py").write_text(g.source)
-                    footprints[name] = mb
-                    print(f"{name:50} rendered  {len(g.kernels)} kernel(s), {mb} MB", flush=True)
-                    continue
-                ops.update(g.unsupported)
-                errors["unsupported" if g.unsupported else "capture/plan"] += 1
-                why = ", ".join(f"{op} x{n}" for op, n in g.unsupported.items()) or g.error.splitlines()[-1][-100:]
-                print(f"{name:50} none      {why}", flush=True)
+            for i, (g, mb) in enumerate(pool.map(render, enumerate(todo))):
+                if jobs > 1 and g.source is None and "exit code -9" in g.error:
+                    killed.append(i)  # out of memory with others' get_inputs() beside it: alone, below
+                else:
+                    report(todo[i], g, mb)
+        for i in killed:
+            report(todo[i], *render((i, todo[i])))
     (out_dir / "footprints.json").write_text(json.dumps(footprints, indent=1) + "\n")
     n = len(todo)
     print(f"\n{n} problems for {settings.device}: {covered} rendered ({100 * covered / max(n, 1):.0f}%); "

@@ -227,8 +227,10 @@ gpu_card() {  # h100, h200, ... of the first GPU (names the results file)
 #     file; a row appended under $OUT as each verdict lands, so a call cut short keeps what it finished),
 #     starting no verdict past the call's time; the README tables (bench/results_table.py) last. Copy
 #     $OUT/kernelbench-<card>.jsonl over bench/results/ and commit it: the next call goes on from there.
+#     Problems judged at this commit are not rendered again (bench/kbslice.py --to-render).
 #     KB_LEVEL ("1 2"), KB_FROM / KB_TO (problem numbers), KB_ONLY (numbers), KB_SKIP (numbers), KB_MAX_MB
-#     (skip bigger footprints), KB_N (problems this call, 16), KB_CALL_S (seconds this stage may take, 540),
+#     (skip bigger footprints), KB_N (problems this call, 16), KB_RENDERS (captures at once, 8: each holds its
+#     problem's get_inputs() in host memory), KB_CALL_S (seconds this stage may take, 540),
 #     KB_LAST_S (the longest verdict: none starts later than that before the end, 110), KCODER_COMMIT (the
 #     commit of the tree: the device's copy has no .git; rows say "unknown" without it).
 kbsuite() {
@@ -236,7 +238,7 @@ kbsuite() {
   if [ ! -d "${KB:-}/level1" ] && [ ! -d "${KB:-}/level2" ]; then
     echo "kbsuite: KB=DIR holding level1/ level2/ of a KernelBench checkout is needed (carried)"; return 2
   fi
-  local sol=/tmp/kbsuite_sol card results deadline level files n left
+  local sol=/tmp/kbsuite_sol card results deadline level files left
   card=$(gpu_card)
   results="$out/kernelbench-$card.jsonl"
   [ -f "bench/results/kernelbench-$card.jsonl" ] && cp "bench/results/kernelbench-$card.jsonl" "$results"
@@ -246,31 +248,26 @@ kbsuite() {
   deadline=$(( start + ${KB_CALL_S:-540} ))
   echo "results: $(grep -c . "$results") rows in $results; commit ${KCODER_COMMIT:-unknown}" | tee "$out/kbsuite.log"
   : > /tmp/kbsuite_chosen.txt
+  local only skip slice  # numbers as one word each (kbslice.py reads "19,20")
+  only=$(echo ${KB_ONLY:-} | tr ' ' ','); skip=$(echo ${KB_SKIP:-} | tr ' ' ',')
+  slice="${KB_FROM:+--from $KB_FROM} ${KB_TO:+--to $KB_TO} ${only:+--only $only} ${skip:+--skip $skip}"
   for level in ${KB_LEVEL:-1 2}; do
-    files=""
-    for f in "$KB/level$level"/*.py; do
-      [ -f "$f" ] || continue
-      n=$(basename "$f"); n=${n%%_*}
-      case "$n" in *[!0-9]*|"") continue;; esac
-      if [ -n "${KB_ONLY:-}" ]; then
-        case " $(echo "$KB_ONLY" | tr ',' ' ') " in *" $n "*) ;; *) continue;; esac
-      elif [ "$n" -lt "${KB_FROM:-1}" ] || [ "$n" -gt "${KB_TO:-1000000}" ]; then continue; fi
-      case " $(echo "${KB_SKIP:-}" | tr ',' ' ') " in *" $n "*) continue;; esac
-      files="$files $f"
-    done
+    [ -d "$KB/level$level" ] || continue
+    files=$(timeout 120 python3 bench/kbslice.py "$KB" --level "$level" --results "$results" --to-render $slice \
+      2>> "$out/kbsuite.log")
     [ -n "$files" ] || continue
-    timeout 300 python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --jobs 12 \
+    timeout 400 python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --jobs "${KB_RENDERS:-8}" \
       --emit "$sol/level$level" $files >> "$out/kbsuite_emit.log" 2>&1
     echo "level $level: $(ls "$sol/level$level"/*.py 2>/dev/null | wc -l) rendered of $(echo $files | wc -w) ($(( $(date +%s) - start )) s)" \
       | tee -a "$out/kbsuite.log"
   done
-  [ -d "$sol" ] || { echo "kbsuite: nothing rendered (see kbsuite_emit.log)"; return 1; }
+  [ -d "$sol" ] || { echo "kbsuite: nothing to judge in the slice (see kbsuite.log, kbsuite_emit.log)"; return 0; }
   for level in ${KB_LEVEL:-1 2}; do
     [ -d "$sol/level$level" ] || continue
     timeout 120 python3 bench/kbslice.py "$KB" --level "$level" --solutions "$sol/level$level" --results "$results" \
-      ${KB_MAX_MB:+--max-mb $KB_MAX_MB} -n "${KB_N:-16}" >> /tmp/kbsuite_chosen.txt 2>> "$out/kbsuite.log"
+      $slice ${KB_MAX_MB:+--max-mb $KB_MAX_MB} -n "${KB_N:-16}" >> /tmp/kbsuite_chosen.txt 2>> "$out/kbsuite.log"
   done
-  sort -k2,2n /tmp/kbsuite_chosen.txt | head -n "${KB_N:-16}" > /tmp/kbsuite_next.txt
+  LC_ALL=C sort -k2,2n /tmp/kbsuite_chosen.txt | head -n "${KB_N:-16}" > /tmp/kbsuite_next.txt
   sed 's/^/next: level /' /tmp/kbsuite_next.txt | tee -a "$out/kbsuite.log"
   awk -v sol="$sol" '{ n = $3; sub(".*/", "", n); print $3, sol "/level" $1 "/" n }' /tmp/kbsuite_next.txt > /tmp/kbsuite_pairs.txt
   [ -s /tmp/kbsuite_pairs.txt ] && prebuild_pairs /tmp/kbsuite_pairs.txt kbsuite_build.log | tee -a "$out/kbsuite.log"
