@@ -181,8 +181,8 @@ kb() {
 # Shared by kernels and kbsuite: every "PROBLEM CANDIDATE" line of file $1 compiled at once, host work only
 # (kcoder eval --stop-after compile: no GPU, no device lock), KB_BUILDS at a time with MAX_JOBS each; the
 # verdicts that follow find the builds in the cache. One line per build in $out/$2.
-prebuild_pairs() {
-  MAX_JOBS="${KB_MAX_JOBS:-2}" xargs -P "${KB_BUILDS:-8}" -L 1 sh -c 'timeout 600 python3 -m kcoder eval "$0" "$1" \
+prebuild_pairs() {  # FILE LOG [SECONDS: the whole prebuild's limit, 600]
+  MAX_JOBS="${KB_MAX_JOBS:-2}" timeout "${3:-600}" xargs -P "${KB_BUILDS:-8}" -L 1 sh -c 'timeout 600 python3 -m kcoder eval "$0" "$1" \
       --device cuda --stop-after compile --allow gemm,conv --json 2>&1 | grep -E "\"(compiled|reason)\"" | tr -d "\n"
       echo " $1"' < "$1" > "$out/$2"
   echo "built: $(grep -c '"compiled": true' "$out/$2") of $(wc -l < "$out/$2") ($(( $(date +%s) - start )) s)"
@@ -197,6 +197,7 @@ prebuild_pairs() {
 kernels() {
   export PATH="$PWD/.whl/bin:$PATH"
   local sol=/tmp/kernels_sol card families
+  export KCODER_COMMIT="${KCODER_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
   card=$(gpu_card)
   families="$(ls tests/policy/problems/*.py | grep -v sort)"
   timeout 300 python3 bench/policy.py --device cuda --allow gemm,conv --jobs 12 --emit $sol $families \
@@ -238,7 +239,7 @@ kbsuite() {
   if [ ! -d "${KB:-}/level1" ] && [ ! -d "${KB:-}/level2" ]; then
     echo "kbsuite: KB=DIR holding level1/ level2/ of a KernelBench checkout is needed (carried)"; return 2
   fi
-  local sol=/tmp/kbsuite_sol card results deadline level files left
+  local sol=/tmp/kbsuite_sol card results deadline level files left limit
   card=$(gpu_card)
   results="$out/kernelbench-$card.jsonl"
   [ -f "bench/results/kernelbench-$card.jsonl" ] && cp "bench/results/kernelbench-$card.jsonl" "$results"
@@ -256,7 +257,8 @@ kbsuite() {
     files=$(timeout 120 python3 bench/kbslice.py "$KB" --level "$level" --results "$results" --to-render $slice \
       2>> "$out/kbsuite.log")
     [ -n "$files" ] || continue
-    timeout 400 python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --jobs "${KB_RENDERS:-8}" \
+    limit=$(( deadline - $(date +%s) - 240 )); [ "$limit" -lt 30 ] && limit=30  # 4 min kept for builds + verdicts
+    timeout "$limit" python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --jobs "${KB_RENDERS:-8}" \
       --emit "$sol/level$level" $files >> "$out/kbsuite_emit.log" 2>&1
     echo "level $level: $(ls "$sol/level$level"/*.py 2>/dev/null | wc -l) rendered of $(echo $files | wc -w) ($(( $(date +%s) - start )) s)" \
       | tee -a "$out/kbsuite.log"
@@ -270,7 +272,8 @@ kbsuite() {
   LC_ALL=C sort -k2,2n /tmp/kbsuite_chosen.txt | head -n "${KB_N:-16}" > /tmp/kbsuite_next.txt
   sed 's/^/next: level /' /tmp/kbsuite_next.txt | tee -a "$out/kbsuite.log"
   awk -v sol="$sol" '{ n = $3; sub(".*/", "", n); print $3, sol "/level" $1 "/" n }' /tmp/kbsuite_next.txt > /tmp/kbsuite_pairs.txt
-  [ -s /tmp/kbsuite_pairs.txt ] && prebuild_pairs /tmp/kbsuite_pairs.txt kbsuite_build.log | tee -a "$out/kbsuite.log"
+  limit=$(( deadline - $(date +%s) - ${KB_LAST_S:-110} - 60 )); [ "$limit" -lt 30 ] && limit=30
+  [ -s /tmp/kbsuite_pairs.txt ] && prebuild_pairs /tmp/kbsuite_pairs.txt kbsuite_build.log "$limit" | tee -a "$out/kbsuite.log"
   for level in ${KB_LEVEL:-1 2}; do
     files=$(awk -v l="$level" '$1 == l { print $3 }' /tmp/kbsuite_next.txt)
     [ -n "$files" ] || continue
