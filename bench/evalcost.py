@@ -1,7 +1,7 @@
 """Where a verdict's time goes: `kcoder eval` on every example and a large problem, stage by
 stage (Verdict.seconds), side by side with a naive in-process checker doing the same visible
 work (5 seeded input sets against the reference, then eager, torch.compile and the candidate
-each timed over 100 calls), in one run.
+each timed over 100 calls by the judge's Clock), in one run.
 
 Per problem: kcoder's first verdict (baselines measured and cached; torch.compile may compile
 cold), the naive checker (a fresh process; it finds Inductor's cache warm), then kcoder's next
@@ -129,25 +129,24 @@ def _sync(torch, device: str) -> None:
 
 
 def _time_calls(torch, fn, inputs: list, device: str, calls: int = 100) -> float:
-    """Median microseconds of `calls` calls after 3 warm-up calls (events on the GPU)."""
+    """Median microseconds of `calls` calls after 3 warm-up calls, each timed by the judge's own
+    Clock (L2 flushed, GPU head start, events; perf_counter on the cpu): the one clock of kcoder's
+    figures, here too (the naive checker is naive in what it checks and where it runs, not in how
+    it reads time)."""
     import statistics
 
+    from kcoder.evaluate.timing import Clock
+
+    clock = Clock(device)
     for _ in range(3):
         fn(*inputs)
-    _sync(torch, device)
+    clock.sync()
     times = []
     for _ in range(calls):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(*inputs)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
-        else:
-            t0 = time.perf_counter()
-            fn(*inputs)
-            times.append((time.perf_counter() - t0) * 1e6)
+        out, read = clock.call(fn, inputs)
+        clock.sync()
+        times.append(read())
+        del out
     return statistics.median(times)
 
 

@@ -15,8 +15,9 @@ family (unsupported op, capture, build/verify).
     python bench/policy.py --device cuda --emit DIR ~/KernelBench/KernelBench/level1
 
 --emit DIR only captures and renders: it writes each covered problem's candidate as DIR/<name>.py
-(the naming `kcoder suite --solutions DIR` matches) and prints the coverage and the unsupported
-ops, without building or timing anything (no GPU needed to render CUDA candidates).
+(the naming `kcoder suite --solutions DIR` matches) and DIR/footprints.json (each one's MB of
+inputs, parameters and outputs), and prints the coverage and the unsupported ops, without
+building or timing anything (no GPU needed to render CUDA candidates); --jobs N captures N at once.
 """
 
 from __future__ import annotations
@@ -71,29 +72,70 @@ def family(report: dict) -> str:
     return "verify/build"
 
 
-def emit(todo: list[Path], settings: Settings, out_dir: Path) -> None:
-    """Render the policy's candidate for every problem into out_dir (no build, no timing)."""
+DTYPE_BYTES = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
+               "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+
+
+def footprint_mb(graph: dict) -> float:
+    """MB of the captured graph's inputs, parameters and outputs (shapes as the capture saw them)."""
+    nodes = {n["name"]: n for n in graph.get("nodes", [])}
+
+    def mb(node: dict | None) -> float:
+        if not node or node.get("shape") is None:
+            return 0.0
+        size = DTYPE_BYTES.get(str(node.get("dtype", "")).removeprefix("torch."), 4)
+        return math.prod(node["shape"]) * size / 1e6
+
+    outputs = [o.get("ref") for o in graph.get("outputs", []) if isinstance(o, dict)]
+    return round(sum(mb(n) for n in nodes.values() if n["op"] == "placeholder")
+                 + sum(mb(nodes.get(ref)) for ref in outputs), 1)
+
+
+def emit(todo: list[Path], settings: Settings, out_dir: Path, jobs: int = 1) -> None:
+    """Render the policy's candidate for every problem into out_dir (no build, no timing), `jobs`
+    captures at a time (each is a child process); DIR/footprints.json: each rendered problem's
+    MB of inputs, parameters and outputs (device_session.sh's kbsuite takes small ones first)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from kcoder.policy.driver import generate
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    covered, ops, errors = 0, Counter(), Counter()
-    with tempfile.TemporaryDirectory(prefix="kcoder-bench-emit-") as tmp:
-        for i, problem in enumerate(todo):
-            name = problem_name(problem)
-            g = generate(problem, settings, Path(tmp) / f"{i:03d}")
-            if g.source is not None and not g.kernels:  # only library calls: nothing of the policy's to judge
-                errors["library calls only"] += 1
-                print(f"{name:50} none      library calls only (no kernel of its own)", flush=True)
-                continue
-            if g.source is not None:
-                covered += 1
-                (out_dir / f"{name}.py").write_text(g.source)
-                print(f"{name:50} rendered  {len(g.kernels)} kernel(s)", flush=True)
-                continue
+    covered, ops, errors, footprints = 0, Counter(), Counter(), {}
+
+    def report(problem: Path, g, mb: float | None) -> None:
+        nonlocal covered
+        name = problem_name(problem)
+        if g.source is not None and not g.kernels:  # only library calls: nothing of the policy's to judge
+            errors["library calls only"] += 1
+            print(f"{name:50} none      library calls only (no kernel of its own)", flush=True)
+        elif g.source is not None:
+            covered += 1
+            (out_dir / f"{name}.py").write_text(g.source)
+            footprints[name] = mb
+            print(f"{name:50} rendered  {len(g.kernels)} kernel(s), {mb} MB", flush=True)
+        else:
             ops.update(g.unsupported)
             errors["unsupported" if g.unsupported else "capture/plan"] += 1
             why = ", ".join(f"{op} x{n}" for op, n in g.unsupported.items()) or g.error.splitlines()[-1][-100:]
             print(f"{name:50} none      {why}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="kcoder-bench-emit-") as tmp:
+        def render(item: tuple[int, Path]):
+            work = Path(tmp) / f"{item[0]:03d}"
+            g = generate(item[1], settings, work)
+            graph = work / "graph.json"
+            return g, footprint_mb(json.loads(graph.read_text())) if graph.is_file() else None
+
+        killed = []
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            for i, (g, mb) in enumerate(pool.map(render, enumerate(todo))):
+                if jobs > 1 and g.source is None and "exit code -9" in g.error:
+                    killed.append(i)  # out of memory with others' get_inputs() beside it: alone, below
+                else:
+                    report(todo[i], g, mb)
+        for i in killed:
+            report(todo[i], *render((i, todo[i])))
+    (out_dir / "footprints.json").write_text(json.dumps(footprints, indent=1) + "\n")
     n = len(todo)
     print(f"\n{n} problems for {settings.device}: {covered} rendered ({100 * covered / max(n, 1):.0f}%); "
           + (", ".join(f"{k} {v}" for k, v in errors.most_common()) or "no failures"))
@@ -114,10 +156,11 @@ def main() -> None:
     parser.add_argument("--no-examples", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="at most this many problems")
     parser.add_argument("--emit", type=Path, help="only render candidates into this folder (no builds)")
+    parser.add_argument("--jobs", type=int, default=1, help="--emit: captures at a time")
     args = parser.parse_args()
     todo = problems(args.paths, not args.no_examples)[: args.limit or None]
     if args.emit:
-        return emit(todo, Settings(device=args.device, allow=parse_allow(args.allow)), args.emit)
+        return emit(todo, Settings(device=args.device, allow=parse_allow(args.allow)), args.emit, args.jobs)
     rows, eager, compiled, failures = [], [], [], Counter()
     with tempfile.TemporaryDirectory(prefix="kcoder-bench-policy-") as tmp:
         for i, problem in enumerate(todo):

@@ -100,6 +100,12 @@ SUITE_OPTIONS = (
     option("ray_address", Annotated[str | None, typer.Option(help="An existing Ray cluster's address.")]),
     option("workers", Annotated[int | None, typer.Option(
         help="Concurrent evaluations (default: one per GPU; cpu: one per 8 cores).")]),
+    option("results", Annotated[Path | None, typer.Option(help="eval: a results log kept across suites: problems "
+            "it has for the same candidate, commit, device and options are skipped; new verdicts appended.")]),
+    option("force", Annotated[bool, typer.Option("--force", help="Run problems --results or the folder has.")], False),
+    option("limit", Annotated[int | None, typer.Option(help="Run at most this many problems (the rest later).")]),
+    option("time_budget", Annotated[float | None, typer.Option(
+        help="Start no problem after this many seconds (the rest later).")]),
     MODEL, API_BASE, DEVICE, ALLOW, PRECISION, SANDBOX,
     option("stop_after", Annotated[Stage, typer.Option(help="build, verify or timing.")], "timing"),
     option("no_compile", Annotated[bool, typer.Option("--no-compile", help="No torch.compile baseline.")], False),

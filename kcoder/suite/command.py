@@ -5,6 +5,11 @@ holds suite.json (what was asked: problems, mode, settings), results.jsonl (a re
 finished problem, appended as it finishes), solutions/ (optimize mode: each problem's best
 kernel), and at the end summary.md, summary.json, results.csv and the plots. `--resume DIR`
 reads suite.json there and runs only the problems without a record.
+
+`--results FILE` (eval mode) also keeps a results log across suites and sessions (ledger.py):
+problems it has for the same candidate, commit, device and options are skipped, and each new
+verdict is appended to it. `--limit N` runs at most N problems and `--time-budget S` starts
+none after S seconds, so a slice ends cleanly and a later run goes on from there.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.settings import Settings
+from kcoder.suite import ledger, schedule
 from kcoder.suite.metrics import verdict_of
 from kcoder.suite.problems import SuiteInputError, SuiteProblem, attach_solutions, collect_problems
 from kcoder.suite.report import append_record, load_records, write_outputs
@@ -35,6 +41,7 @@ class SuitePlan:
     solutions: str | None = None
     level: int | None = None
     settings: dict[str, Any] | None = None  # Settings fields, as JSON
+    results: str | None = None  # a results log kept across suites (ledger.py)
 
 
 def settings_fields(settings: Settings) -> dict[str, Any]:
@@ -78,43 +85,83 @@ def problems_of(plan: SuitePlan, device: str) -> list[SuiteProblem]:
 
 
 def run_suite(plan: SuitePlan | None, out_dir: Path, *, backend: str = "auto", ray_address: str | None = None,
-              workers: int | None = None, progress: Any = None, execute: Any = None) -> dict[str, Any]:
+              workers: int | None = None, progress: Any = None, execute: Any = None, force: bool = False,
+              limit: int | None = None, time_budget_s: float | None = None,
+              ident: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run (or resume, plan None) the suite in `out_dir`; returns its summary. `execute`
-    replaces the task runner (scheduler tests)."""
+    replaces the task runner (scheduler tests); `ident` the results log's identity of this run
+    (ledger.identity: asked of a child process when None)."""
     plan = open_suite(out_dir, plan)
     settings_json = plan.settings or {}
     device = settings_json.get("device", "cpu")
     problems = problems_of(plan, device)
-    done = load_records(out_dir)
+    done = {} if force else load_records(out_dir)
     todo = [make_spec(p, plan.mode, settings_json) for p in problems if p.name not in done]
+    results = Path(plan.results) if plan.results else None
+    in_results: list[str] = []
+    if results is not None:
+        if plan.mode != "eval":
+            raise SuiteInputError("--results keeps eval verdicts (a candidate to hash): use it with --mode eval")
+        ident = ident or ledger.identity(device, settings_json)
+        todo, in_results = ledger.pending(todo, ledger.load(results), ident, force)
+    left = todo[limit:] if limit is not None else []
+    todo = todo[:limit] if limit is not None else todo
     if progress is not None:
-        progress.start(len(problems), len(problems) - len(todo))
+        progress.start(len(problems), len(problems) - len(todo) - len(left))
+        if in_results:
+            progress.note(f"{len(in_results)} problems already in {results} (same candidate, commit, device, "
+                          "options): skipped")
+    specs = {s["name"]: s for s in todo}
 
     def on_result(record: dict[str, Any]) -> None:
+        if record.get(NOT_STARTED):  # past the time budget: left for a later run
+            left.append(specs[record["name"]])
+            return
         best = record.pop("best_source", None)
         if best:  # optimize mode: the problem's best kernel, beside the records
             (out_dir / "solutions").mkdir(exist_ok=True)
             (out_dir / "solutions" / f"{record['name']}.py").write_text(best)
         append_record(out_dir, record)
+        if results is not None:
+            ledger.append(results, ledger.row_of(record, specs[record["name"]], ident))
         done[record["name"]] = record
         if progress is not None:
             progress.result(record)
 
-    chosen = _dispatch(todo, device, backend, ray_address, workers, on_result, execute)
+    run = execute or schedule.execute_task
+    if time_budget_s is not None:
+        run = _before(time.time() + time_budget_s, run)
+    chosen = _dispatch(todo, device, backend, ray_address, workers, on_result, run)
     if progress is not None:
         progress.stop()
     records = [done[p.name] for p in problems if p.name in done]
     verdicts = [v for v in map(verdict_of, records) if v is not None]
     meta = {"mode": plan.mode, "device": device, "backend": chosen, "date": time.strftime("%Y-%m-%d %H:%M"),
             "device_name": next((v.device_name for v in verdicts if v.device_name), ""),
-            "out_dir": str(out_dir)}
+            "out_dir": str(out_dir), "left": sorted(s["name"] for s in left), "in_results": in_results,
+            "results": str(results) if results else None}
     return write_outputs(out_dir, records, meta)
+
+
+NOT_STARTED = "not_started"
+
+
+def _before(deadline: float, execute: Any) -> Any:
+    """`execute` for tasks that start before `deadline` (wall clock: a Ray node's too); a task
+    taken later comes back marked NOT_STARTED, untouched."""
+
+    def run(spec: dict[str, Any], slot: Any) -> dict[str, Any]:
+        if time.time() >= deadline:
+            return {"name": spec["name"], NOT_STARTED: True}
+        return execute(spec, slot)
+
+    return run
 
 
 def _dispatch(specs: list[dict[str, Any]], device: str, backend: str, ray_address: str | None,
               workers: int | None, on_result: Any, execute: Any) -> str:
     """Run the specs on the chosen backend; returns its name."""
-    from kcoder.suite import ray_backend, schedule
+    from kcoder.suite import ray_backend
 
     if backend not in BACKENDS:
         raise SuiteInputError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -126,7 +173,7 @@ def _dispatch(specs: list[dict[str, Any]], device: str, backend: str, ray_addres
     if use_ray:
         ray_backend.connect(ray_address)
         ray_backend.run_ray(specs, ray_backend.cluster_slots(device, workers), on_result,
-                            execute or schedule.execute_task)
+                            execute)
         return "ray"
-    schedule.run_pool(specs, schedule.local_slots(device, workers), on_result, execute or schedule.execute_task)
+    schedule.run_pool(specs, schedule.local_slots(device, workers), on_result, execute)
     return "pool"

@@ -45,6 +45,9 @@ class SuiteProgress:
         self.bar.start()
         self.task = self.bar.add_task("", total=total, completed=already)
 
+    def note(self, text: str) -> None:
+        self.console.print(text)
+
     def result(self, record: dict[str, Any]) -> None:
         from rich.text import Text
 

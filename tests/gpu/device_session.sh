@@ -15,6 +15,10 @@
 # envs:  kcoder synth --n 50 and one kcoder rollout batch on the GPU, timed (issue 31; see envs() below).
 # judge: issue 27: every example's CUDA solution evaluated in full (a table: no integrity rejection),
 #        the outer clock's GPU tests, the CUDA red team, then the policy's candidates (see judge()).
+# kernels: the policy's candidates for the examples and tests/policy/problems, judged by kcoder suite.
+# kbsuite: a slice of KernelBench judged by kcoder suite --results, resuming the committed results
+#          (bench/results/kernelbench-<card>.jsonl); KB=DIR carried (see kbsuite()).
+# quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -174,38 +178,134 @@ kb() {
   has l1 && [ -n "$l1" ] && suite_run suite_kb1 "${KB1_S:-400}" $l1 --solutions "$KB_SOL/level1"
 }
 
-# kernels: the built-in policy's CUDA candidates rendered here (bench/policy.py --emit) for the
-#     examples, tests/policy/problems and the KernelBench problems named by KL1 / KL2 (file stems
-#     under $KB/level1, $KB/level2; KB carried), then bench/kernels.py: every candidate built in
-#     parallel, checked against its Model and timed beside eager and torch.compile (a developer's
-#     quick look; the judge's figures come from kcoder suite). KPARTS picks: ex, l1, l2.
+# Shared by kernels and kbsuite: every "PROBLEM CANDIDATE" line of file $1 compiled at once, host work only
+# (kcoder eval --stop-after compile: no GPU, no device lock), KB_BUILDS at a time with MAX_JOBS each; the
+# verdicts that follow find the builds in the cache. One line per build in $out/$2.
+prebuild_pairs() {  # FILE LOG [SECONDS: the whole prebuild's limit, 600]
+  MAX_JOBS="${KB_MAX_JOBS:-2}" timeout "${3:-600}" xargs -P "${KB_BUILDS:-8}" -L 1 sh -c 'timeout 600 python3 -m kcoder eval "$0" "$1" \
+      --device cuda --stop-after compile --allow gemm,conv --json 2>&1 | grep -E "\"(compiled|reason)\"" | tr -d "\n"
+      echo " $1"' < "$1" > "$out/$2"
+  echo "built: $(grep -c '"compiled": true' "$out/$2") of $(wc -l < "$out/$2") ($(( $(date +%s) - start )) s)"
+  grep -v '"compiled": true' "$out/$2" | head -8 | cut -c1-300
+}
+
+# kernels: the built-in policy's CUDA candidates for the examples and tests/policy/problems, rendered here
+#     (bench/policy.py --emit), built in parallel and judged by kcoder suite (one clock: the judge's; the
+#     old in-process quick look, bench/kernels.py, timed without the judge's GPU head start and misled).
+#     Rows go to $OUT/examples-<card>.jsonl (kcoder suite --results); the table is printed last. For
+#     KernelBench problems use kbsuite (KB_ONLY names them).
 kernels() {
   export PATH="$PWD/.whl/bin:$PATH"
-  local sol=/tmp/kernels_sol parts="${KPARTS:-ex l1 l2}"
-  mkdir -p $sol; : > /tmp/pairs.txt
-  if [ -n "${KPAIRS:-}" ]; then  # pairs rendered elsewhere (carried): measure only
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout "${KERNELS_S:-420}" python3 bench/kernels.py \
-      --pairs "$KPAIRS" --jobs "${KJOBS:-12}" --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" \
-      | grep -vE '^\{' | tail -60
-    return
-  fi
-  has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+  local sol=/tmp/kernels_sol card families
+  export KCODER_COMMIT="${KCODER_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+  card=$(gpu_card)
   families="$(ls tests/policy/problems/*.py | grep -v sort)"
-  l1=""; for n in ${KL1:-}; do l1="$l1 $(ls $KB/level1/${n}_*.py)"; done
-  l2=""; for n in ${KL2:-}; do l2="$l2 $(ls $KB/level2/${n}_*.py)"; done
-  has ex && python3 bench/policy.py --device cuda --allow gemm,conv --emit $sol/ex $families > "$out/emit_ex.log" 2>&1 &
-  has l1 && [ -n "$l1" ] && python3 bench/policy.py --device cuda --no-examples --emit $sol/l1 $l1 > "$out/emit_l1.log" 2>&1 &
-  has l2 && [ -n "$l2" ] && python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --emit $sol/l2 $l2 \
-    > "$out/emit_l2.log" 2>&1 &
-  wait
-  echo "EMIT seconds: $(( $(date +%s) - start ))"; grep -h -E "^[0-9A-Za-z_]+ +none|rendered \(" "$out"/emit_*.log | head
-  has ex && for d in examples/*/; do n=$(basename "$d"); [ -f $sol/ex/$n.py ] && echo "$d/model.py $sol/ex/$n.py"; done >> /tmp/pairs.txt
-  has ex && for f in $families; do n=$(basename "$f"); [ -f $sol/ex/$n ] && echo "$f $sol/ex/$n"; done >> /tmp/pairs.txt
-  for f in $l2; do n=$(basename "$f"); [ -f $sol/l2/$n ] && echo "$f $sol/l2/$n"; done >> /tmp/pairs.txt
-  for f in $l1; do n=$(basename "$f"); [ -f $sol/l1/$n ] && echo "$f $sol/l1/$n"; done >> /tmp/pairs.txt
-  cp /tmp/pairs.txt "$out/"; tar czf "$out/kernels_sol.tgz" -C /tmp kernels_sol
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout "${KERNELS_S:-420}" python3 bench/kernels.py --pairs /tmp/pairs.txt --jobs "${KJOBS:-12}" \
-    --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log" | grep -vE '^\{' | tail -60
+  timeout 300 python3 bench/policy.py --device cuda --allow gemm,conv --jobs 12 --emit $sol $families \
+    > "$out/kernels_emit.log" 2>&1
+  echo "EMIT seconds: $(( $(date +%s) - start ))"; grep -E " none |rendered \(" "$out/kernels_emit.log" | head
+  { for d in examples/*/; do n=$(basename "$d"); [ -f $sol/$n.py ] && echo "$d/model.py $sol/$n.py"; done
+    for f in $families bench/problems/*.py; do [ -f "$sol/$(basename "$f")" ] && echo "$f $sol/$(basename "$f")"; done
+  } > /tmp/kernels_pairs.txt
+  prebuild_pairs /tmp/kernels_pairs.txt kernels_build.log
+  timeout "${KERNELS_S:-420}" python3 -m kcoder suite examples $families bench/problems --solutions $sol --results \
+    "$out/examples-$card.jsonl" --device cuda --backend pool --budget 1 --allow gemm,conv \
+    --out /tmp/kernels_suite > "$out/kernels_suite.log" 2>&1; echo "suite rc=$?"
+  grep -E "^[✓✗–] " "$out/kernels_suite.log" | cut -c1-200
+  python3 bench/results_table.py "$out/examples-$card.jsonl" | tee "$out/kernels_table.md"
+}
+
+gpu_card() {  # h100, h200, ... of the first GPU (names the results file)
+  local card
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h100|h200|a100|b200|l40s' | head -1)
+  echo "${card:-gpu}" | tr 'A-Z' 'a-z'
+}
+
+# kbsuite: issue 35's results kept. A slice of KernelBench (KB=DIR with level1/ level2/, carried: the device
+#     machine has no network) in one call: the built-in policy's candidates rendered here (bench/policy.py
+#     --emit), the slice's problems without a row in bench/results/kernelbench-<card>.jsonl for this
+#     candidate, commit, device and options chosen smallest footprint first (bench/kbslice.py), built in
+#     parallel, then judged by kcoder suite --results $OUT/kernelbench-<card>.jsonl (a copy of the committed
+#     file; a row appended under $OUT as each verdict lands, so a call cut short keeps what it finished),
+#     starting no verdict past the call's time; the README tables (bench/results_table.py) last. Copy
+#     $OUT/kernelbench-<card>.jsonl over bench/results/ and commit it: the next call goes on from there.
+#     Problems judged at this commit are not rendered again (bench/kbslice.py --to-render).
+#     KB_LEVEL ("1 2"), KB_FROM / KB_TO (problem numbers), KB_ONLY (numbers), KB_SKIP (numbers), KB_MAX_MB
+#     (skip bigger footprints), KB_N (problems this call, 16), KB_RENDERS (captures at once, 8: each holds its
+#     problem's get_inputs() in host memory), KB_CALL_S (seconds this stage may take, 540),
+#     KB_LAST_S (the longest verdict: none starts later than that before the end, 110), KCODER_COMMIT (the
+#     commit of the tree: the device's copy has no .git; rows say "unknown" without it).
+kbsuite() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  if [ ! -d "${KB:-}/level1" ] && [ ! -d "${KB:-}/level2" ]; then
+    echo "kbsuite: KB=DIR holding level1/ level2/ of a KernelBench checkout is needed (carried)"; return 2
+  fi
+  local sol=/tmp/kbsuite_sol card results deadline level files left limit
+  card=$(gpu_card)
+  results="$out/kernelbench-$card.jsonl"
+  [ -f "bench/results/kernelbench-$card.jsonl" ] && cp "bench/results/kernelbench-$card.jsonl" "$results"
+  touch "$results"
+  export KCODER_COMMIT="${KCODER_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+  [ -z "$KCODER_COMMIT" ] && echo "kbsuite: no KCODER_COMMIT and no .git here: rows say commit unknown"
+  deadline=$(( start + ${KB_CALL_S:-540} ))
+  echo "results: $(grep -c . "$results") rows in $results; commit ${KCODER_COMMIT:-unknown}" | tee "$out/kbsuite.log"
+  : > /tmp/kbsuite_chosen.txt
+  local only skip slice  # numbers as one word each (kbslice.py reads "19,20")
+  only=$(echo ${KB_ONLY:-} | tr ' ' ','); skip=$(echo ${KB_SKIP:-} | tr ' ' ',')
+  slice="${KB_FROM:+--from $KB_FROM} ${KB_TO:+--to $KB_TO} ${only:+--only $only} ${skip:+--skip $skip}"
+  for level in ${KB_LEVEL:-1 2}; do
+    [ -d "$KB/level$level" ] || continue
+    files=$(timeout 120 python3 bench/kbslice.py "$KB" --level "$level" --results "$results" --to-render $slice \
+      2>> "$out/kbsuite.log")
+    [ -n "$files" ] || continue
+    limit=$(( deadline - $(date +%s) - 240 )); [ "$limit" -lt 30 ] && limit=30  # 4 min kept for builds + verdicts
+    timeout "$limit" python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --jobs "${KB_RENDERS:-8}" \
+      --emit "$sol/level$level" $files >> "$out/kbsuite_emit.log" 2>&1
+    echo "level $level: $(ls "$sol/level$level"/*.py 2>/dev/null | wc -l) rendered of $(echo $files | wc -w) ($(( $(date +%s) - start )) s)" \
+      | tee -a "$out/kbsuite.log"
+  done
+  [ -d "$sol" ] || { echo "kbsuite: nothing to judge in the slice (see kbsuite.log, kbsuite_emit.log)"; return 0; }
+  for level in ${KB_LEVEL:-1 2}; do
+    [ -d "$sol/level$level" ] || continue
+    timeout 120 python3 bench/kbslice.py "$KB" --level "$level" --solutions "$sol/level$level" --results "$results" \
+      $slice ${KB_MAX_MB:+--max-mb $KB_MAX_MB} -n "${KB_N:-16}" >> /tmp/kbsuite_chosen.txt 2>> "$out/kbsuite.log"
+  done
+  LC_ALL=C sort -k2,2n /tmp/kbsuite_chosen.txt | head -n "${KB_N:-16}" > /tmp/kbsuite_next.txt
+  sed 's/^/next: level /' /tmp/kbsuite_next.txt | tee -a "$out/kbsuite.log"
+  awk -v sol="$sol" '{ n = $3; sub(".*/", "", n); print $3, sol "/level" $1 "/" n }' /tmp/kbsuite_next.txt > /tmp/kbsuite_pairs.txt
+  limit=$(( deadline - $(date +%s) - ${KB_LAST_S:-110} - 60 )); [ "$limit" -lt 30 ] && limit=30
+  [ -s /tmp/kbsuite_pairs.txt ] && prebuild_pairs /tmp/kbsuite_pairs.txt kbsuite_build.log "$limit" | tee -a "$out/kbsuite.log"
+  for level in ${KB_LEVEL:-1 2}; do
+    files=$(awk -v l="$level" '$1 == l { print $3 }' /tmp/kbsuite_next.txt)
+    [ -n "$files" ] || continue
+    left=$(( deadline - $(date +%s) - ${KB_LAST_S:-110} ))
+    if [ "$left" -le 0 ]; then echo "level $level: no time left for a verdict" | tee -a "$out/kbsuite.log"; continue; fi
+    echo "== kcoder suite level $level: $(echo $files | wc -w) problems, --time-budget $left ($(( $(date +%s) - start )) s)" \
+      | tee -a "$out/kbsuite.log"
+    timeout $(( left + ${KB_LAST_S:-110} )) python3 -m kcoder suite $files --solutions "$sol/level$level" \
+      --results "$results" --time-budget "$left" --device cuda --backend pool --budget 1 --allow gemm,conv \
+      --out "/tmp/kbsuite_l$level" >> "$out/kbsuite.log" 2>&1
+    echo "suite rc=$?" | tee -a "$out/kbsuite.log"
+  done
+  grep -E "^[✓✗–] |left for a later|already in" "$out/kbsuite.log" | cut -c1-220
+  python3 bench/results_table.py "$results" > "$out/kbsuite_table.md" 2>&1
+  head -8 "$out/kbsuite_table.md"; echo "($(grep -c . "$results") rows; the whole table in kbsuite_table.md)"
+}
+
+# quickstart: issue 35 item 5: kcoder optimize on a named example as the README's GPU quick start runs it
+#     (QS_EXAMPLE, default elementwise_chain; QS_PROBLEM=FILE for any other problem; QS_ARGS appended), its
+#     output in $OUT/quickstart.log and its report.json beside it; the final verdict block printed last.
+quickstart() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  local problem="${QS_PROBLEM:-examples/${QS_EXAMPLE:-elementwise_chain}/model.py}" report rc
+  [ -f "$problem" ] || { echo "quickstart: no problem file $problem"; return 2; }
+  COLUMNS=150 timeout "${QS_S:-540}" python3 -m kcoder optimize "$problem" --device cuda ${QS_ARGS:-} \
+    > "$out/quickstart.log" 2>&1
+  rc=$?
+  echo "kcoder optimize $problem --device cuda ${QS_ARGS:-}: rc=$rc, $(( $(date +%s) - start )) s"
+  report=$(ls -t "$(dirname "$problem")"/.kcoder/runs/*/report.json 2>/dev/null | head -1)
+  [ -n "$report" ] && cp "$report" "$out/quickstart_report.json"
+  grep -E "^reference:|speed of light|★" "$out/quickstart.log" | cut -c1-200
+  sed -n '/VERIFIED CANDIDATE/,$p' "$out/quickstart.log"  # "NO VERIFIED CANDIDATE" too
 }
 
 # envs: issue 31's figures. kcoder synth --n SYNTH_N (50) on the GPU (SYNTH_JOBS checks side by side),

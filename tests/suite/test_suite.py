@@ -95,7 +95,8 @@ def test_killed_suite_resumes_without_rerunning_finished_problems(problem_set, t
     probs, sols, example = problem_set
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "kcoder", "suite", str(probs), str(example), "--solutions", str(sols),
-           "--device", "cpu", "--backend", "pool", "--workers", "1", "--stop-after", "verify", "--out", str(out)]
+           "--device", "cpu", "--backend", "pool", "--workers", "1", "--stop-after", "verify", "--out", str(out),
+           "--results", str(tmp_path / "kept.jsonl")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=dict(os.environ))
     results = out / "results.jsonl"
@@ -117,6 +118,14 @@ def test_killed_suite_resumes_without_rerunning_finished_problems(problem_set, t
     assert sorted(json.loads(line)["name"] for line in lines) == NAMES
     summary = json.loads((out / "summary.json").read_text())["summary"]
     assert summary["problems"] == 3 and summary["correct"] == 2
+    # The results log kept beside it (--results, taken up again by --resume): a row per verdict,
+    # with the device as the verdict names it.
+    from kcoder.hostinfo import cpu_model
+
+    kept = [json.loads(line) for line in (tmp_path / "kept.jsonl").read_text().splitlines()]
+    assert [r["name"] for r in kept] == [json.loads(line)["name"] for line in lines]
+    assert {r["device_name"] for r in kept} == {cpu_model()} and all(r["commit"] for r in kept)
+    assert {r["status"] for r in kept} == {"accepted", "rejected"} and kept[0]["options"]["stop_after"] == "verify"
 
 
 def test_bad_problem_set_is_one_line_naming_it(tmp_path):
