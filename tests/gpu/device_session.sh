@@ -18,6 +18,7 @@
 # kernels: the policy's candidates for the examples and tests/policy/problems, judged by kcoder suite.
 # kbsuite: a slice of KernelBench judged by kcoder suite --results, resuming the committed results
 #          (bench/results/kernelbench-<card>.jsonl); KB=DIR carried (see kbsuite()).
+# fair:   issue 36's figures in one call (see fair()).
 # quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
@@ -434,6 +435,26 @@ print(f"ACCEPT {sys.argv[1]:40} {v.get('status')} reward {v.get('reward')} eager
       f"compile {f(v.get('speedup_vs_compile'))}x {v.get('seconds', {}).get('total', '?')} s | {str(v.get('reason'))[:150]}")
 PY
   done < "$ACCEPT_PAIRS"
+}
+
+# fair: issue 36 in one call: the fair-timing test (an honest 4 GiB copy vs eager's clone), the outputs'
+#       descriptor hand-off tests, then kcoder eval on KernelBench L1's 18 GB problems (KB carried; the
+#       policy's candidates from FAIR_SOL, rendered here when absent) and a table of the judge's figures.
+fair() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  local sol="${FAIR_SOL:-.sol/l1}" probs="${FAIR_L1:-19_ReLU 34_InstanceNorm}"
+  for p in $probs; do [ -f "$sol/$p.py" ] || python3 bench/policy.py --device cuda --no-examples --emit "$sol" "$KB/level1/$p.py" \
+    >> "$out/fair_emit.log" 2>&1; done
+  { echo "tests/gpu/problems/big_copy.py tests/gpu/problems/big_copy_candidate.py"
+    for p in $probs; do echo "$KB/level1/$p.py $sol/$p.py"; done; } > /tmp/fair_pairs.txt
+  prebuild_pairs /tmp/fair_pairs.txt fair_prebuild.log 240
+  timeout 240 python3 -m pytest -m gpu -q -s tests/gpu/test_fair_timing_gpu.py tests/gpu/test_handoff_gpu.py 2>&1 \
+    | tee "$out/fair_tests.log" | grep -E "FAIR|passed|failed|Error|assert" | head -20
+  for p in $probs; do
+    timeout "${FAIR_EACH_S:-120}" python3 -m kcoder eval "$KB/level1/$p.py" "$sol/$p.py" --device cuda --json \
+      > "$out/fair_$p.json" 2> "$out/fair_$p.err"; echo "$p rc=$? $(( $(date +%s) - start )) s"
+  done
+  python3 tests/gpu/verdicts_table.py "$out"/fair_*.json
 }
 
 profile_tests() {
