@@ -4,7 +4,8 @@ Tolerances are dtype-aware and depend on the precision policy. A value passes wh
   elementwise: |out - ref| <= rtol * (|ref| + rms(ref)) + 1e-6 * rtol, and
   norm-wise:   ||out - ref|| / ||ref|| <= norm_tol
 hold, and NaN/Inf appear at exactly the same positions. The norm check is what makes an
-all-zeros (or constant) answer fail even when outputs are tiny.
+all-zeros (or constant) answer fail even when outputs are tiny. Values of a float32 output
+that this rule refuses get a second opinion against a float64 reference (compare64.py).
 """
 
 from __future__ import annotations
