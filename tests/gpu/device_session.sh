@@ -13,7 +13,7 @@
 # suite: kcoder suite on the GPU(s) (see suite() below).
 # kb:    the built-in policy's candidates on KernelBench problems (see kb() below).
 # envs:  kcoder synth --n 50 and one kcoder rollout batch on the GPU, timed (issue 31; see envs() below).
-# fair:   issue 36: the fair judge's GPU tests (see fair()).
+# fair:  issue 36: the fair judge's GPU tests (see fair()).
 # judge: issue 27: every example's CUDA solution evaluated in full (a table: no integrity rejection),
 #        the outer clock's GPU tests, the CUDA red team, then the policy's candidates (see judge()).
 set -u
