@@ -158,12 +158,39 @@ class ReferenceServer:
                                            f"({first_line(exc)[:120]})"}
         finally:
             remove_plain(path)
+        rule = ""  # the float32 tolerance accepted it; else the note of the rule that did
         try:
             stats = compare_outputs(out, ref, self.options.precision)
         except Mismatch as exc:
-            return {"ok": False, "mismatch": str(exc)}
+            from kcoder.evaluate.compare64 import second_opinion
+
+            try:  # the float64 rule, for float32 values only (compare64.py)
+                stats, rule = second_opinion(exc, out, ref, lambda: self.reference_float64(seed, perturbed, out),
+                                             self.options.precision)
+            except Mismatch as final:
+                return {"ok": False, "mismatch": str(final)}
         self.fingerprints.add(_fingerprint(ref))
-        return {"ok": True, "stats": stats.__dict__}
+        return {"ok": True, "stats": stats.__dict__, "rule": rule}
+
+    def reference_float64(self, seed: int, perturbed: int, out: Any) -> Any:
+        """Model run in float64 on the upcast inputs and weights of input set `seed` (only
+        when the float32 tolerance refused an output, and within compare64.MAX_BYTES)."""
+        from kcoder.evaluate.compare import flatten_outputs
+        from kcoder.evaluate.compare64 import MAX_BYTES, Float64Unavailable, float64_model, upcast
+        from kcoder.evaluate.verify import replay_perturbations
+
+        torch = self.torch
+        inputs = replay_perturbations(self.inputs(seed), perturbed)
+        out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
+        need = 2 * (_nbytes(inputs) + out_bytes)
+        if need > MAX_BYTES:
+            raise Float64Unavailable(f"its inputs and outputs would take {need / 2**30:.1f} GiB in float64 "
+                                     f"(the rule's cap is {MAX_BYTES / 2**30:.0f} GiB)")
+        try:
+            with torch.no_grad():
+                return float64_model(self.model)(*upcast(inputs))
+        except Exception as exc:  # an op without float64, out of memory: the float32 rule stands
+            raise Float64Unavailable(f"Model's float64 run failed ({first_line(exc)[:120]})") from None
 
     def _candidate_output(self, path: str, shared: dict[str, Any] | None, ref: Any) -> Any:
         if shared is None:

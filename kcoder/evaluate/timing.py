@@ -205,23 +205,3 @@ def _round_inputs(fresh: list[Any] | None, make_inputs: Callable[[int], list[Any
     if fresh is None:
         return make_inputs(seed)
     return fresh if last else [x.clone() if hasattr(x, "clone") else x for x in fresh]
-
-
-def device_kernel_time_us(fn: Callable[..., Any], inputs: list[Any], calls: int = 3) -> float:
-    """Sum of GPU kernel time per call over all streams, from a profiler trace.
-
-    Compared with the event time on the current stream, this exposes work launched on other
-    streams (which the events would not wait for)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn(*inputs)
-        torch.cuda.synchronize()
-    total = 0.0
-    for evt in prof.events():
-        if getattr(evt, "device_type", None) == torch.autograd.DeviceType.CUDA:
-            total += evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
-    return total / calls

@@ -262,9 +262,14 @@ class CandidateServer:
         return {"done": True}  # the judge's clock stops here; it asks for the output afterwards
 
     def op_kernel_time(self, seed: int) -> dict[str, Any]:
-        from kcoder.evaluate.timing import device_kernel_time_us
+        """A few calls under the profiler, timed as op_time's are: where their GPU work ran
+        (timedrange.py; the judge decides)."""
+        from kcoder.evaluate.timedrange import profile_timed_range
 
-        return {"kernel_us": device_kernel_time_us(self.model, self.inputs(seed))}
+        inputs = self.inputs(seed)
+        finding = self._call(lambda: profile_timed_range(self.clock, self.model, inputs), "timing", direct=True)
+        self._integrity("timing", "the profiled calls")
+        return {"range": finding.to_dict()}
 
     # --- helpers ------------------------------------------------------------------------------
     def _guarded(self, inputs: list[Any], stage: str) -> Any:
@@ -360,10 +365,11 @@ def _timer_identities(torch: Any) -> list[int]:
            torch.cuda.Event.record, torch.cuda.Event.elapsed_time, torch.cuda.Event.synchronize,
            torch.Tensor.__eq__, torch.equal, torch.isnan, torch.Tensor.clone, torch.save,
            torch.nn.Module.__call__, torch.utils.cpp_extension.load_inline]
-    from kcoder.evaluate import timing, verify
+    from kcoder.evaluate import timedrange, timing, verify
 
     fns += [verify.check_aliasing, verify.check_unchanged, verify.inputs_equal, verify.guarded_call, verify.perturb,
-            timing.Clock.call, CandidateServer.op_time, CandidateServer.op_batch, CandidateServer._integrity]
+            timing.Clock.call, CandidateServer.op_time, CandidateServer.op_batch, CandidateServer._integrity,
+            timedrange.profile_timed_range, timedrange.device_records, timedrange.work_outside_range]
     return [id(f) for f in fns]
 
 

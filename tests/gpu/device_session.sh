@@ -13,6 +13,7 @@
 # suite: kcoder suite on the GPU(s) (see suite() below).
 # kb:    the built-in policy's candidates on KernelBench problems (see kb() below).
 # envs:  kcoder synth --n 50 and one kcoder rollout batch on the GPU, timed (issue 31; see envs() below).
+# fair_judge: issue 36: the fair judge's GPU tests (see fair_judge()).
 # judge: issue 27: every example's CUDA solution evaluated in full (a table: no integrity rejection),
 #        the outer clock's GPU tests, the CUDA red team, then the policy's candidates (see judge()).
 # kernels: the policy's candidates for the examples and tests/policy/problems, judged by kcoder suite.
@@ -460,6 +461,15 @@ fair() {
 profile_tests() {
   timeout 330 python3 -m pytest -m gpu -q -s tests/gpu/test_profile_gpu.py 2>&1 | tee "$out/gpu_profile.log" \
     | grep -E "PROFILE|MEMORY|passed|failed|Error|assert" | head -30
+}
+
+# fair_judge: issue 36's fair judge: library overlap accepted, side streams refused, cancelling outputs
+# accepted by the float64 rule (~5 min: three cold builds).
+fair_judge() {
+  timeout 560 python3 -m pytest -m gpu -q -s tests/gpu/test_fair_judge_gpu.py \
+    tests/gpu/test_cuda.py::test_hidden_stream_work_rejected \
+    tests/gpu/test_cuda_redteam.py::test_persisting_l2_window_is_reset_before_timed_calls 2>&1 \
+    | tee "$out/gpu_fair.log" | grep -E "RANGE|CONV_TRANSPOSE|HIDDEN|CANCEL|GROUPNORM|passed|failed|Error|assert" | cut -c1-600
 }
 
 "${1:-checks}"
