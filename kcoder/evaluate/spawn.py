@@ -31,6 +31,7 @@ from kcoder.evaluate.channel import ChannelError, Limits, Peer
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
 from kcoder.evaluate.sandbox import Box, confined_command, kill_all, marked_pids, resident_bytes, scrubbed_env
+from kcoder.evaluate.timing import ALLOCATOR_ENV
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
 from kcoder.shutdown import shutting_down
@@ -98,7 +99,7 @@ class Children:
             job = self._job("reference", self.problem, None)
             env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
             env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
-                       PYTHONDONTWRITEBYTECODE="1")
+                       PYTHONDONTWRITEBYTECODE="1", **ALLOCATOR_ENV)
             env.pop("KCODER_EVAL_ID", None)
             # Under the reaper: if kcoder dies without cleaning up (SIGKILL), its parent-death
             # signal still ends the reference process and whatever it started (compile workers).
@@ -126,7 +127,8 @@ class Children:
         compile_only = self.options.stop_after == "compile"  # no GPU device nodes in its sandbox either
         argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
                                      "cpu" if compile_only else self.options.device, self.sandbox,
-                                     [self.problem_copy, self.candidate_copy, job], **self._compile_only_env())
+                                     [self.problem_copy, self.candidate_copy, job], **ALLOCATOR_ENV,
+                                     **self._compile_only_env())
         self.cand_proc = self._popen(argv, env, "candidate", self.box.root)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
@@ -217,7 +219,7 @@ class Children:
         job = self._job("reference", copy, None)
         inner = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
         argv, env = confined_command(inner, self.ref_box, self.options.device, self.sandbox, [copy, job],
-                                     [self.box.root])
+                                     [self.box.root], **ALLOCATOR_ENV)
         return self._popen(argv, env, "reference", self.ref_box.root)
 
 

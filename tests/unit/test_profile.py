@@ -369,7 +369,7 @@ def fake_target(monkeypatch):
         return results[mode], RunResult(0, "", False, 0.1)
 
     monkeypatch.setattr(prof, "_run_target", run_target)
-    monkeypatch.setattr(prof, "compiler_reports", lambda dirs, timeout, arch: CompilerReport(
+    monkeypatch.setattr(prof, "compiler_reports", lambda dirs, timeout, arch, sandbox="auto": CompilerReport(
         kernels=pick_arch(parse_ptxas(PTXAS_OUT.read_text()), "sm_90")))
     return results, calls
 
