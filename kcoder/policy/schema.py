@@ -10,12 +10,11 @@ graph that passes can carry code into the text the policy renders (forward's ste
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 MAX_NODES = 100_000
-MAX_RANK = 16
+MAX_RANK = 128  # dims of a shape: far above any module (tests/problems/many_dims.py has 56)
 MAX_DEPTH = 8  # nesting of argument lists
 MAX_TEXT = 200  # characters in any name or string value
 
@@ -77,7 +76,7 @@ def _node(node: Any, where: str, seen: set[str], n_inputs: int) -> None:
             raise GraphSchemaError(f"{where}.role: one of {', '.join(ROLES)} expected, got {_show(role)}")
         if role == "input":
             key = _count(node.get("key"), f"{where}.key")
-            if key >= max(n_inputs, 1):
+            if key >= n_inputs:
                 raise GraphSchemaError(f"{where}.key: input {key} of {n_inputs} forward arguments")
             if node.get("stride") is not None:
                 _ints(node["stride"], f"{where}.stride", minimum=0)
