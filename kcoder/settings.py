@@ -110,6 +110,9 @@ class Settings:
     def validate(self) -> None:
         """ValueError naming the bad option (device, allow, precision, target, limits)."""
         self.eval_options().validate()
+        from kcoder.evaluate.sandbox import require_sandbox
+
+        require_sandbox(self.sandbox)  # --sandbox bwrap that cannot run here: exit 2 before any work
         if self.tool_call is not None:
             check_choice("tool-call mode", self.tool_call, TOOL_CALL_MODES)
         if self.start is not None:

@@ -157,17 +157,24 @@ def screen(comp: Composition, known: dict[tuple[str, ...], str], seen: set[str])
 
 
 def check_in_child(source: str, opts: SynthOptions) -> dict[str, Any]:
-    """Run synth_check on `source` in a fresh process (its own group, a time limit)."""
-    from kcoder.procs import child_env, run
+    """Run synth_check on `source` in a fresh process (its own group, a time limit) with the
+    candidate's scrubbed environment: the problem's code (an ops file's expressions included)
+    sees no credentials, and a private HOME and TMPDIR."""
+    from kcoder.evaluate.sandbox import Box, kill_all, scrubbed_env
+    from kcoder.procs import run
 
     with tempfile.TemporaryDirectory(prefix="kcoder-synth-") as tmp:
         folder = Path(tmp)
+        box = Box.create(folder)
         (folder / "problem.py").write_text(source)
         spec = {"path": str(folder / "problem.py"), "device": opts.device, "seed": opts.seed,
                 "min_ms": opts.min_ms, "max_ms": opts.max_ms}
         (folder / "spec.json").write_text(json.dumps(spec))
-        proc = run([sys.executable, "-m", "kcoder.env.synth_check", str(folder / "spec.json"),
-                    str(folder / "result.json")], CHECK_TIMEOUT_S, cwd=folder, env=child_env())
+        try:
+            proc = run([sys.executable, "-m", "kcoder.env.synth_check", str(folder / "spec.json"),
+                        str(folder / "result.json")], CHECK_TIMEOUT_S, cwd=folder, env=scrubbed_env(box))
+        finally:
+            kill_all(box.marker)
         if (folder / "result.json").exists():
             return json.loads((folder / "result.json").read_text())
         why = "timed out" if proc.timed_out else f"the check process died (exit {proc.rc})"

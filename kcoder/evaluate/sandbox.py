@@ -99,6 +99,14 @@ def resolve_mode(mode: str) -> tuple[str, str | None]:
                     "and every descendant killed, but could read and write your files")
 
 
+def require_sandbox(mode: str) -> None:
+    """ValueError when `--sandbox bwrap` was asked for and bwrap cannot run here: the command
+    stops before any step that runs code kcoder did not write (exit 2), never running it
+    unconfined instead. "auto" falls back by design (the verdict says so); "none" asks for none."""
+    if mode == "bwrap":
+        resolve_mode(mode)
+
+
 def _outermost(paths: list[Path]) -> list[Path]:
     """Drop paths that lie inside another path of the list."""
     result: list[Path] = []

@@ -35,6 +35,7 @@ from kcoder.evaluate.handoff import socket_pair
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
 from kcoder.evaluate.sandbox import Box, confined_command, kill_all, marked_pids, resident_bytes, scrubbed_env
+from kcoder.evaluate.timing import ALLOCATOR_ENV
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
 from kcoder.shutdown import shutting_down
@@ -118,7 +119,7 @@ class Children:
             job = self._job("reference", self.problem, None, theirs.fileno())
             env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
             env.update(PYTHONPATH=scrubbed_env(self.box)["PYTHONPATH"], PYTHONUNBUFFERED="1",
-                       PYTHONDONTWRITEBYTECODE="1")
+                       PYTHONDONTWRITEBYTECODE="1", **ALLOCATOR_ENV)
             env.pop("KCODER_EVAL_ID", None)
             # Under the reaper: if kcoder dies without cleaning up (SIGKILL), its parent-death
             # signal still ends the reference process and whatever it started (compile workers).
@@ -153,7 +154,7 @@ class Children:
         argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
                                      "cpu" if compile_only else self.options.device, self.sandbox,
                                      [self.problem_copy, self.candidate_copy, self.handoff, self.builds.replies],
-                                     [self.own_builds], **env)
+                                     [self.own_builds], **env, **ALLOCATOR_ENV)
         self.cand_proc = self._popen(argv, env, "candidate", self.box.root, theirs)
         opts = self.options
         limits = Limits({"import": opts.import_timeout_s, "compile": opts.build_timeout_s,
@@ -250,7 +251,7 @@ class Children:
         job = self._job("reference", copy, None, share.fileno())
         inner = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
         argv, env = confined_command(inner, self.ref_box, self.options.device, self.sandbox, [copy, job],
-                                     [self.handoff, self.box.io])
+                                     [self.handoff, self.box.io], **ALLOCATOR_ENV)
         return self._popen(argv, env, "reference", self.ref_box.root, share)
 
 

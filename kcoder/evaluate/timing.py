@@ -16,6 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# One heap policy for both processes that time (the reference's baselines, the candidate's), set
+# in their environment (spawn.py). glibc's default adapts its thresholds to what a process freed
+# before, so two processes running the same code could differ for good: in some, every MB-sized
+# tensor that CPU eager allocates and frees was handed back to the kernel and page-faulted in again
+# on each call (2016 minor faults per round of tests/problems/scale_add.py, against 0 in the others;
+# 1 process in 5 with one thread, 3 in 5 with two), which timed eager 3-15x slower. Fixed
+# thresholds end the lottery: blocks under 32 MiB come from a heap that is never trimmed below
+# 1 GiB of free top (what a process used at its peak stays its own), larger ones are mapped and
+# unmapped every time, in every process alike.
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 HOST_OVERLAP_S = 50e-6  # the GPU's head start before each timed call, grown to cover the host
 MAX_HOST_OVERLAP_S = 5e-3
 

@@ -15,60 +15,83 @@ process never imports a problem file (problem.py reads them statically).
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.options import confined_problem
-from kcoder.procs import RunResult, child_env, run
+from kcoder.policy.schema import MAX_TEXT, WORD
+from kcoder.procs import RunResult, run
 
 CAPTURE_TIMEOUT_S = 300.0
+MAX_GRAPH_BYTES = 64 * 2**20  # far above any module's graph; a bigger file is refused unread
 
 
 class CaptureError(Exception):
     """The module could not be traced; str() names the problem file and the cause."""
 
 
-def capture_graph(problem: Path, work: Path, timeout_s: float = CAPTURE_TIMEOUT_S) -> dict[str, Any]:
-    """The problem's graph as JSON data (see `_serialize`), traced in a child process (in a
-    sandbox when the problem came from an MCP client: `confined_problem`)."""
-    work.mkdir(parents=True, exist_ok=True)
-    if confined_problem():
-        return _capture_confined(problem, timeout_s)
-    out = work / "graph.json"
-    # resolved: the child runs in `work`, where a relative path would name nothing
-    res = run([sys.executable, "-m", "kcoder.policy.capture", str(problem.resolve()), str(out)], timeout_s,
-              cwd=work, env=child_env())
-    return _graph(problem, out, res)
-
-
-def _capture_confined(problem: Path, timeout_s: float) -> dict[str, Any]:
-    """The trace from a copy of the problem in a box: scrubbed environment, bwrap when usable."""
-    import shutil
+def capture_graph(problem: Path, work: Path, timeout_s: float = CAPTURE_TIMEOUT_S,
+                  sandbox: str = "auto") -> dict[str, Any]:
+    """The problem's graph as JSON data (see `_serialize`), traced in a child process and
+    checked against the schema (schema.validate_graph) before anything reads it; kept as
+    work/graph.json. The child gets a scrubbed environment (no credentials) and a private
+    HOME and TMPDIR; a problem from an MCP client (`confined_problem`) runs from a copy, in
+    the sandbox `sandbox` names ("bwrap" that cannot run here: ValueError)."""
     import tempfile
 
     from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
 
+    work.mkdir(parents=True, exist_ok=True)
+    confined = confined_problem()
+    # the user's own problem runs as in the reference process (never in bwrap), an MCP client's
+    # as the candidate does; both without kcoder's environment
+    mode = resolve_mode(sandbox)[0] if confined else "none"
     with tempfile.TemporaryDirectory(prefix="kcoder-capture-") as tmp:
         box = Box.create(Path(tmp))
-        copy = box.root / problem.name
-        shutil.copyfile(problem, copy)
+        source = problem.resolve()  # resolved: the child runs in the box, where a relative path names nothing
+        read_only = []
+        if confined:
+            source = box.root / problem.name
+            shutil.copyfile(problem, source)
+            read_only = [source]
         out = box.root / "graph.json"
-        argv, env = confined_command([sys.executable, "-m", "kcoder.policy.capture", str(copy), str(out)], box,
-                                     "cpu", resolve_mode("auto")[0], [copy])
+        argv, env = confined_command([sys.executable, "-m", "kcoder.policy.capture", str(source), str(out)],
+                                     box, "cpu", mode, read_only)
         try:
             res = run(argv, timeout_s, cwd=box.root, env=env)
         finally:
             kill_all(box.marker)
-        return _graph(problem, out, res)
+        data = _graph(problem, out, res)
+    (work / "graph.json").write_text(json.dumps(data))
+    return data
 
 
 def _graph(problem: Path, out: Path, res: RunResult) -> dict[str, Any]:
+    """The child's graph, read as data: no link followed, size bounded, schema checked."""
+    from kcoder.policy.schema import GraphSchemaError, validate_graph
+
     if res.rc != 0 or not out.is_file():
         lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
         why = "timed out" if res.timed_out else (lines[-1] if lines else f"exit code {res.rc}")
         raise CaptureError(f"{problem}: could not trace Model.forward: {why}")
-    return json.loads(out.read_text())
+    refused = f"{problem}: the captured graph {out.name} is refused"
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(MAX_GRAPH_BYTES + 1)
+    except OSError as exc:
+        raise CaptureError(f"{refused}: it could not be read ({exc.strerror})") from None
+    if len(raw) > MAX_GRAPH_BYTES:
+        raise CaptureError(f"{refused}: larger than {MAX_GRAPH_BYTES // 2**20} MiB")
+    try:
+        return validate_graph(json.loads(raw))
+    except (ValueError, RecursionError) as exc:  # GraphSchemaError, or not JSON at all
+        what = "" if isinstance(exc, GraphSchemaError) else "not JSON: "
+        raise CaptureError(f"{refused}: {what}{exc}") from None
 
 
 def _decompositions() -> dict[Any, Any]:
@@ -98,10 +121,34 @@ def _arg(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_arg(v) for v in value]
     if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return {"const": str(value)}
-    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"const": _word(str(value))}
+    if isinstance(value, str):
+        return value if WORD.fullmatch(value) else {"const": "unrepresentable_text"}
+    if value is None or isinstance(value, (bool, int, float)):
         return value
-    return {"const": repr(value)}
+    return {"const": _word(repr(value))}
+
+
+def _word(text: str) -> str:
+    """`text` as the schema's short word (an einsum equation or an object's repr is no word)."""
+    return text if WORD.fullmatch(text) else ("v_" + re.sub(r"\W", "_", text))[:MAX_TEXT]
+
+
+def _op_name(node: Any) -> str:
+    """The node's op as the schema knows it: an ATen or prims op by its registry name, getitem,
+    else `kind:identifier` (graph.py leaves those unsupported, named)."""
+    import operator
+
+    import torch
+
+    target = node.target
+    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and \
+            str(target).split(".")[0] in ("aten", "prims"):
+        return str(target)
+    if node.op == "call_function" and target is operator.getitem:
+        return "<built-in function getitem>"
+    name = getattr(target, "__name__", None) or str(target)
+    return f"{node.op}:" + re.sub(r"\W", "_", f"_{name}" if name[:1].isdigit() else name)[:MAX_TEXT - 20]
 
 
 def _meta(node: Any) -> dict[str, Any]:
@@ -124,7 +171,7 @@ def _serialize(gm: Any, placeholders: list[dict[str, Any]], n_inputs: int) -> di
         if node.op == "placeholder":
             nodes.append({"name": node.name, "op": "placeholder", **next(kinds), **_meta(node)})
         elif node.op == "call_function":
-            nodes.append({"name": node.name, "op": str(node.target), "args": _arg(list(node.args)),
+            nodes.append({"name": node.name, "op": _op_name(node), "args": _arg(list(node.args)),
                           "kwargs": {k: _arg(v) for k, v in node.kwargs.items()}, **_meta(node)})
         elif node.op == "output":
             result = node.args[0]
@@ -134,7 +181,7 @@ def _serialize(gm: Any, placeholders: list[dict[str, Any]], n_inputs: int) -> di
             nodes.append({"name": node.name, "op": "constant", "value": value, "shape": [],
                           "dtype": str(getattr(gm, node.target).dtype)})
         else:
-            nodes.append({"name": node.name, "op": f"{node.op}:{node.target}", "shape": None, "dtype": None})
+            nodes.append({"name": node.name, "op": _op_name(node), "shape": None, "dtype": None})
     return {"nodes": nodes, "outputs": outputs, "n_forward_args": n_inputs}
 
 

@@ -45,7 +45,7 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
     from kcoder.policy.program import render_program
 
     try:
-        graph = load_graph(capture_graph(problem, work))
+        graph = load_graph(capture_graph(problem, work, sandbox=settings.sandbox))
         plan = plan_graph(graph, settings.allow)
     except CaptureError as exc:
         return Generated(None, error=str(exc))

@@ -2,11 +2,12 @@
 renders them as constants, as TorchInductor specializes its kernels to the shapes it saw).
 
 forward only allocates, takes views and calls library ops, so running its body on "meta"
-tensors (shapes and strides, no data) with the captured input and parameter shapes gives
-every kernel call's operands exactly as they will be at run time. The operands' dims are then
-coalesced the way the kernels index them (`squash`, the same rule as emit_cpu's GEOM): size-1
-dims dropped, neighbours merged where every operand's strides chain. The binding checks the
-real operands against the recorded sizes and strides and names any difference.
+tensors (shapes and strides, no data; interpret.py carries the steps out, never exec) with the
+captured input and parameter shapes gives every kernel call's operands exactly as they will
+be at run time. The operands' dims are then coalesced the way the kernels index them
+(`squash`, the same rule as emit_cpu's GEOM): size-1 dims dropped, neighbours merged where
+every operand's strides chain. The binding checks the real operands against the recorded
+sizes and strides and names any difference.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from kcoder.policy.graph import Graph
+from kcoder.policy.interpret import run_steps
 from kcoder.policy.kernel import Plan
 
 
@@ -119,9 +121,8 @@ def kernel_geometry(plan: Plan, graph: Graph) -> dict[str, Geometry]:
         elif node.op in ("param", "buffer"):
             state[node.attrs["key"]] = meta(node)
     ext = _Recorder()
-    body = ["_dev = torch.device('meta')"] + plan.lines[:]
-    scope = {"torch": torch, "_ext": ext, "inputs": inputs, "self": _Owner(state)}
-    exec("\n".join(body), scope)  # noqa: S102  kcoder's own generated steps (allocation and views)
+    # interpreted, never exec'd: the steps' names came from the captured graph (interpret.py)
+    run_steps(plan.lines, {"_dev": torch.device("meta"), "inputs": inputs}, _Owner(state), ext)
     out: dict[str, Geometry] = {}
     for kernel in plan.kernels:
         calls = ext.calls.get(kernel.name, [])

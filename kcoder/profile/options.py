@@ -30,3 +30,6 @@ class ProfileOptions:
             raise ValueError(f"kcoder profile profiles CUDA kernels; --device {self.device!r} is not supported "
                              "(use `kcoder eval --device cpu` to time a CPU candidate)")
         check_choice("precision", self.precision, PRECISIONS)
+        from kcoder.evaluate.sandbox import require_sandbox
+
+        require_sandbox(self.sandbox)

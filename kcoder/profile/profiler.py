@@ -153,7 +153,7 @@ def profile_candidate(problem_path: str | Path, candidate_path: str | Path,
         with ThreadPoolExecutor(max_workers=1) as pool:
             # ptxas recompiles while ncu runs: both take tens of seconds, neither needs the other
             compiled = None if cpu_torch else pool.submit(compiler_reports, builds, options.ptxas_timeout_s,
-                                                          prep.get("arch"))
+                                                          prep.get("arch"), options.sandbox)
             _profile_steps(report, prep, job, box, options)
             report.compiler = compiled.result() if compiled else CompilerReport(
                 error="torch here is a CPU-only build, so it cannot compile the CUDA sources")

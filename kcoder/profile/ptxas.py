@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import tempfile
@@ -225,22 +226,26 @@ def _first_error(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _run_confined(cmd: list[str], timeout_s: float, tmp: Path, build_dir: Path) -> RunResult:
+def _run_confined(cmd: list[str], timeout_s: float, tmp: Path, build_dir: Path, sandbox: str) -> RunResult:
     """The recompile runs a command line read from build.ninja, a file in the build cache that a
-    candidate's process may write (nvcc's path, -ccbin): so it runs in a sandbox (scrubbed
-    environment, bwrap when usable), never with kcoder's own environment."""
+    candidate's process may write (nvcc's path, -ccbin): so it runs in the sandbox `sandbox`
+    names (scrubbed environment; bwrap for "bwrap", and for "auto" where it works), never with
+    kcoder's own environment. "bwrap" that cannot run here: ValueError, nothing runs."""
     from kcoder.evaluate.sandbox import Box, confined_command, kill_all, resolve_mode
 
+    mode = resolve_mode(sandbox)[0]
     box = Box.create(tmp)
-    argv, env = confined_command(cmd, box, "cpu", resolve_mode("auto")[0], [build_dir], writable=[tmp])
+    argv, env = confined_command(cmd, box, "cpu", mode, [build_dir], writable=[tmp])
     try:
         return run(argv, timeout_s, tmp, env, tail_bytes=None)
     finally:
         kill_all(box.marker)
 
 
-def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None = None) -> CompilerReport:
-    """ptxas -v resources for the CUDA kernels of one extension build directory."""
+def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None = None,
+                   sandbox: str = "auto") -> CompilerReport:
+    """ptxas -v resources for the CUDA kernels of one extension build directory; the recompile
+    runs confined as `sandbox` says (`_run_confined`)."""
     import time
 
     started = time.monotonic()
@@ -257,13 +262,13 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
         cache = cache_root() / "profile" / f"ptxas-{key}.json"
         if cache.exists():
             try:
-                data = json.loads(cache.read_text())
+                data = json.loads(_read_nofollow(cache))
                 report.kernels = pick_arch([KernelResources(**k) for k in data["kernels"]], arch)
                 report.cached = True
                 return report
-            except (ValueError, KeyError, TypeError):
-                pass  # a damaged cache entry is rebuilt
-        res = _run_confined(cmd, timeout_s, Path(tmp), build_dir)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a damaged cache entry (or a link planted in its place) is rebuilt
+        res = _run_confined(cmd, timeout_s, Path(tmp), build_dir, sandbox)
         rc, out = res.rc, res.output
     report.seconds = round(time.monotonic() - started, 1)
     if rc is None:
@@ -273,14 +278,53 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
     else:
         kernels = parse_ptxas(out)
         demangle(kernels)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp_cache = cache.with_suffix(".tmp")
-        tmp_cache.write_text(json.dumps({"kernels": [asdict(k) for k in kernels]}))
-        os.replace(tmp_cache, cache)
+        try:
+            _write_private(cache, json.dumps({"kernels": [asdict(k) for k in kernels]}))
+        except OSError as exc:  # a link where the cache's folder should be: no cache, the report stands
+            report.notes.append(f"ptxas report not cached ({cache.parent}: {exc.strerror})")
         report.kernels = pick_arch(kernels, arch)
     if report.error:
         _cuobjdump_fallback(build_dir, report, arch)
     return report
+
+
+def _read_nofollow(path: Path) -> str:
+    """The text of `path`, refusing a link (OSError) in its place or in its folder's."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `path` atomically through a temporary file of a random name created exclusively
+    (O_EXCL: a link planted there is never followed) in the folder opened without following a
+    link; the rename works on that opened folder too. The cache's profile folder is one that
+    other processes (a candidate's, with `--sandbox none`) could write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for _ in range(10):
+            name = f".{path.name}.{secrets.token_hex(8)}.tmp"
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"{path.parent}: no free temporary name")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(name, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            os.unlink(name, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
 
 
 def _cuobjdump_fallback(build_dir: Path, report: CompilerReport, arch: str | None) -> None:
@@ -300,12 +344,13 @@ def _cuobjdump_fallback(build_dir: Path, report: CompilerReport, arch: str | Non
         report.error = None
 
 
-def compiler_reports(build_dirs: list[Path], timeout_s: float = 300.0, arch: str | None = None) -> CompilerReport:
+def compiler_reports(build_dirs: list[Path], timeout_s: float = 300.0, arch: str | None = None,
+                     sandbox: str = "auto") -> CompilerReport:
     """One report over several extension builds (a candidate may call load_inline more than once)."""
     total = CompilerReport(cached=True)
     errors = []
     for build_dir in build_dirs:
-        r = compile_report(build_dir, timeout_s, arch)
+        r = compile_report(build_dir, timeout_s, arch, sandbox)
         total.kernels += r.kernels
         total.notes += r.notes
         total.cached = total.cached and r.cached

@@ -34,7 +34,7 @@ def point_resources(problem: Path, candidate: Path, arch: str, sandbox: str = "a
             return {}
         from kcoder.profile.ptxas import compiler_reports
 
-        report = compiler_reports(builds, PREPARE_TIMEOUT_S, arch or None)
+        report = compiler_reports(builds, PREPARE_TIMEOUT_S, arch or None, sandbox)
     except (OSError, ValueError, KeyError):
         return {}
     regs = [k.registers for k in report.kernels if k.registers is not None]

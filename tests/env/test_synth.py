@@ -56,6 +56,19 @@ def test_constant_and_identity_outputs_are_rejected(tmp_path):
     assert not failing["ok"] and failing["reason"].startswith("fails to run: RuntimeError")
 
 
+
+def test_the_checks_see_no_credentials(tmp_path, monkeypatch):
+    """The check runs the problem (an ops file's expressions are the user's text) with the
+    candidate's scrubbed environment: a planted key does not reach it."""
+    monkeypatch.setenv("FAKE_API_KEY", "sk-fake-0123456789abcdef")
+    seen = tmp_path / "seen.txt"
+    source = (f"import os\nopen({str(seen)!r}, 'w').write(repr(os.environ.get('FAKE_API_KEY')))\n"
+              + render(comp_of("gelu", "sum"), "g"))
+    result = check_in_child(source, SynthOptions(device="cpu", **WIDE))
+    assert result["ok"], result
+    assert seen.read_text() == "None"
+
+
 KB_PROBLEM = '''
 import torch
 import torch.nn as nn

@@ -180,10 +180,9 @@ echo "nvcc|${{OPENAI_API_KEY:-None}}|$HOME" >> "{seen_dir}/seen-{nonce}.txt"
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_ptxas_report_runs_the_build_files_command_confined(spy, mode, monkeypatch):
+def test_ptxas_report_runs_the_build_files_command_confined(spy, mode):
     """The resource report re-runs the nvcc line of a build.ninja in the build cache, which a
-    candidate's process can write: that command runs confined too."""
-    from kcoder.evaluate import sandbox
+    candidate's process can write: that command runs confined too, as --sandbox says."""
     from kcoder.profile.ptxas import compile_report
 
     source, lines, tmp_path = spy
@@ -196,8 +195,7 @@ def test_ptxas_report_runs_the_build_files_command_confined(spy, mode, monkeypat
     (build / "cuda.cu").write_text(f"// {nonce}\n")
     (build / "build.ninja").write_text(f"nvcc = {nvcc}\ncuda_cflags = -O2\n"
                                        f"build cuda.cuda.o: cuda_compile {build / 'cuda.cu'}\n")
-    monkeypatch.setattr(sandbox, "resolve_mode", lambda _mode: (mode, None))
-    compile_report(build, 60.0)
+    compile_report(build, 60.0, sandbox=mode)
     assert [name for name, _, _ in lines()] == ["nvcc"]
 
 

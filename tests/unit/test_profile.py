@@ -372,7 +372,7 @@ def fake_target(monkeypatch):
     monkeypatch.setattr(prof, "_run_target", run_target)
     # the ceilings come from kcoder's own calibration process (profile/calibrate.py)
     monkeypatch.setattr(prof, "calibrate", lambda folder, timeout_s: ({"limits": H200.__dict__}, None))
-    monkeypatch.setattr(prof, "compiler_reports", lambda dirs, timeout, arch: CompilerReport(
+    monkeypatch.setattr(prof, "compiler_reports", lambda dirs, timeout, arch, sandbox="auto": CompilerReport(
         kernels=pick_arch(parse_ptxas(PTXAS_OUT.read_text()), "sm_90")))
     return results, calls
 
