@@ -29,7 +29,7 @@ def _pointwise(node: Node, args: list[Any]) -> torch.Tensor:
         return torch.full(node.shape, args[0], dtype=dtype)
     if node.op == "cast":
         return _tensor(args[0]).to(dtype)
-    fn = getattr(torch, node.op)
+    fn = getattr(torch, node.op, None) or getattr(torch.nn.functional, node.op)
     first, *rest = args
     out = fn(_tensor(first), *rest, **node.attrs)
     return out.to(dtype)
