@@ -118,6 +118,33 @@ def trivial_reduction(g: Graph, node: Node, users: Users) -> bool:
     return True
 
 
+def gemm_bias_relu(g: Graph, node: Node, users: Users) -> bool:
+    """relu(A @ B + bias) and A @ B + bias, with a bias over B's columns, become one library call
+    (torch._addmm_activation / torch.addmm: cuBLASLt's bias and ReLU epilogue) where the value is
+    materialized anyway (a graph output or a library call's operand), so no epilogue kernel is
+    left. Under --allow gemm only, as any GEMM. (GELU is not fused: cuBLASLt's GELU epilogue is
+    the tanh form on CUDA while the CPU fallback computes the erf form.)"""
+    if node.kind != "pw" or node.dtype != F32 or any(u != OUTPUT and g.nodes[u].kind != "lib"
+                                                     for u in users.get(node.name, [])):
+        return False
+    add, relu = (g.nodes[node.args[0].name], True) if node.op == "relu" and isinstance(node.args[0], Ref) \
+        else (node, False)
+    if relu and users[add.name] != [node.name]:
+        return False
+    if add.kind != "pw" or add.op != "add" or add.attrs.get("alpha", 1) != 1 or len(add.args) != 2 or \
+            not all(isinstance(a, Ref) for a in add.args):
+        return False
+    for mm_ref, bias in (add.args, add.args[::-1]):
+        mm, b = g.nodes[mm_ref.name], g.nodes[bias.name]
+        if mm.kind == "lib" and mm.op == "mm" and users[mm.name] == [add.name] and len(mm.shape) == 2 and \
+                b.shape == mm.shape[1:] and b.dtype == F32 and mm.dtype == F32 and add.shape == mm.shape:
+            op = "_addmm_activation" if relu else "addmm"
+            g.nodes[node.name] = Node(node.name, "lib", op, [bias, *mm.args[:2]], node.shape, F32,
+                                      {"needs": "gemm"}, mm.aten)
+            return True
+    return False
+
+
 RULES: list[tuple[str, Rule]] = [
     ("identity_scalar", identity_scalar),
     ("double_to_scale", double_to_scale),
@@ -125,6 +152,7 @@ RULES: list[tuple[str, Rule]] = [
     ("trivial_reduction", trivial_reduction),
     ("gemm_sum", gemm_sum),
     ("conv_transpose_sum", conv_transpose_sum),
+    ("gemm_bias_relu", gemm_bias_relu),
 ]
 
 
@@ -151,4 +179,4 @@ def _prune(g: Graph) -> None:
 
 
 __all__ = ["OUTPUT", "RULES", "Rule", "rewrite", "identity_scalar", "double_to_scale", "fold_scalars",
-           "trivial_reduction", "gemm_sum", "conv_transpose_sum"]
+           "trivial_reduction", "gemm_sum", "conv_transpose_sum", "gemm_bias_relu"]

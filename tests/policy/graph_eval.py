@@ -51,6 +51,8 @@ def _reduce(node: Node, x: torch.Tensor) -> torch.Tensor:
 def _library(node: Node, args: list[Any]) -> torch.Tensor:
     if node.op in ("mm", "bmm"):
         return getattr(torch, node.op)(args[0], args[1])
+    if node.op in ("addmm", "_addmm_activation"):
+        return getattr(torch, node.op)(args[0], args[1], args[2])
     return torch.convolution(*args[:9])
 
 

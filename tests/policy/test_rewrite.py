@@ -136,3 +136,33 @@ def test_trivial_reduction_keeps_dims_and_dtypes():
 def test_every_rule_is_in_the_table_once():
     names = [name for name, _ in RULES]
     assert len(names) == len(set(names)) and {"gemm_sum", "conv_transpose_sum", "trivial_reduction"} <= set(names)
+
+
+def _linear_graph(tail: str) -> Graph:
+    """x @ W^T + b, then relu, as capture writes nn.Linear; `tail` reads the relu: "output", or
+    "pw" (a pointwise op after it, so an epilogue kernel is needed anyway)."""
+    f32 = "torch.float32"
+    nodes = [_src("x", (4, 6)),
+             Node("w", "source", "param", [], (5, 6), f32, {"key": "w"}),
+             Node("b", "source", "param", [], (5,), f32, {"key": "b"}),
+             Node("wt", "view", "permute", [Ref("w"), [1, 0]], (6, 5), f32),
+             Node("mm", "lib", "mm", [Ref("x"), Ref("wt")], (4, 5), f32, {"needs": "gemm"}),
+             Node("add", "pw", "add", [Ref("mm"), Ref("b")], (4, 5), f32),
+             Node("relu", "pw", "relu", [Ref("add")], (4, 5), f32)]
+    if tail == "pw":
+        nodes.append(Node("tail", "pw", "mul", [Ref("relu"), 3.0], (4, 5), f32))
+    return _graph(*nodes, outputs=["tail" if tail == "pw" else "relu"])
+
+
+def test_gemm_bias_relu_becomes_one_library_call_only_where_materialized():
+    g = _linear_graph("output")
+    assert rewrite(g) == ["gemm_bias_relu@relu"]
+    assert g.nodes["relu"].kind == "lib" and g.nodes["relu"].op == "_addmm_activation" and "mm" not in g.nodes
+    x, w, b = torch.randn(4, 6), torch.randn(5, 6), torch.randn(5)
+    torch.testing.assert_close(evaluate(g, [x], {"w": w, "b": b})[0], torch.relu(x @ w.T + b))
+    plan = plan_graph(g, ["gemm"])
+    assert plan.kernels == [] and plan.needs == {"gemm"}
+    source = render_program(plan, g, "cpu", "linear_relu.py")
+    assert "t_relu = torch._addmm_activation(self.get_parameter('b'), inputs[0], t_wt)" in source
+    g = _linear_graph("pw")  # the epilogue kernel stays: fusing the bias into the GEMM saves nothing
+    assert rewrite(g) == [] and g.nodes["mm"].kind == "lib"
