@@ -48,7 +48,7 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
 
     try:
         graph = load_graph(capture_graph(problem, work))
-        applied = rewrite(graph)  # identities that hold for every input and weight (rewrite.py)
+        applied = rewrite(graph, settings.allow)  # identities that hold for every input and weight (rewrite.py)
         plan = plan_graph(graph, settings.allow)
     except CaptureError as exc:
         return Generated(None, error=str(exc))

@@ -20,7 +20,8 @@ convolution's output becomes a reduction of its weights) are in rewrite_linear.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
 from kcoder.policy.nodes import Graph, Node, Ref
 from kcoder.policy.rewrite_linear import conv_transpose_sum, gemm_sum
 from kcoder.policy.rewrite_util import F32, OUTPUT, Users, is_number, redirect, splice, users_of
@@ -156,14 +157,15 @@ RULES: list[tuple[str, Rule]] = [
 ]
 
 
-def rewrite(g: Graph, rules: list[tuple[str, Rule]] | None = None) -> list[str]:
+def rewrite(g: Graph, allow: Sequence[str] = (), rules: list[tuple[str, Rule]] | None = None) -> list[str]:
     """Apply `rules` (default: RULES) to `g` in place until none applies; the names of the rules
-    applied, with the node each one rewrote ("gemm_sum@sum_1"), in order. Nodes no output needs
-    any more are dropped (sources stay: ModelNew registers every parameter)."""
+    applied, with the node each one rewrote ("gemm_sum@sum_1"), in order. `allow`: the library
+    calls the user allows (gemm, conv), which some rules use. Nodes no output needs any more are
+    dropped (sources stay: ModelNew registers every parameter)."""
     table = RULES if rules is None else rules
     applied: list[str] = []
     for _ in range(MAX_STEPS):
-        users = users_of(g)
+        users = users_of(g, frozenset(allow))
         hit = next(((rule_name, name) for name in g.needed() for rule_name, rule in table
                     if rule(g, g.nodes[name], users)), None)
         if hit is None:

@@ -157,7 +157,9 @@ def _summed(red: Node, g: Graph, users: Users, op: str) -> tuple[Node, list[Step
 
 
 def gemm_sum(g: Graph, red: Node, users: Users) -> bool:
-    """sum over the last dim of (affine chain of) A @ B -> sum_k A[:, k] * B.sum(1)[k]."""
+    """sum over the last dim of (affine chain of) A @ B -> A @ (B @ 1): two GEMVs. Under --allow
+    gemm both are library calls (a GEMV at the memory's speed, whatever the layout of B); without
+    it, the policy's own reductions: a sum of B over its columns, then a dot product per row."""
     found = _summed(red, g, users, "mm")
     if found is None:
         return False
@@ -167,9 +169,16 @@ def gemm_sum(g: Graph, red: Node, users: Users) -> bool:
             isinstance(r, Ref) and g.nodes[r.name].dtype == F32 for r in (a, w)):
         return False
     b = _Builder(g, red)
-    wsum = b.reduce("wsum", w, [1], False)  # (K,)
-    prod = b.pw("gemv", "mul", [a, wsum], g.nodes[a.name].shape)
-    s = _carry(b, b.reduce("dot", prod, [1], True), steps, mm.shape, [1])
+    k, n = g.nodes[w.name].shape
+    if "gemm" in users.allow:
+        ones = b.add(Node(b.name("ones"), "pw", "const", [1.0], (n, 1), F32, {}, red.aten))
+        wsum = b.add(Node(b.name("wsum"), "lib", "mm", [w, ones], (k, 1), F32, {"needs": "gemm"}, red.aten))
+        s0 = b.add(Node(b.name("gemv"), "lib", "mm", [a, wsum], (mm.shape[0], 1), F32, {"needs": "gemm"}, red.aten))
+    else:
+        wsum = b.reduce("wsum", w, [1], False)  # (K,)
+        prod = b.pw("gemv", "mul", [a, wsum], g.nodes[a.name].shape)
+        s0 = b.reduce("dot", prod, [1], True)
+    s = _carry(b, s0, steps, mm.shape, [1])
     if s is None:
         _undo(g, b)
         return False

@@ -9,17 +9,24 @@ from kcoder.policy.nodes import Graph, Node, Ref
 
 F32 = "torch.float32"
 OUTPUT = "<output>"  # the reader name of a graph output
-Users = dict[str, list[str]]
+
+
+class Users(dict[str, list[str]]):
+    """Each needed node's readers, and the library calls the user allows (`allow`: a rule may
+    pick a library form where one is allowed)."""
+
+    allow: frozenset[str] = frozenset()
 
 
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def users_of(g: Graph) -> Users:
+def users_of(g: Graph, allow: frozenset[str] = frozenset()) -> Users:
     """Each needed node's readers (distinct node names, OUTPUT for a graph output), in graph order."""
     needed = g.needed()
-    users: Users = {name: [] for name in needed}
+    users = Users({name: [] for name in needed})
+    users.allow = allow
     for name in needed:
         for ref in dict.fromkeys(g.nodes[name].refs()):
             users[ref].append(name)
