@@ -123,7 +123,8 @@ def gemm_bias_relu(g: Graph, node: Node, users: Users) -> bool:
     """relu(A @ B + bias) and A @ B + bias, with a bias over B's columns, become one library call
     (torch._addmm_activation / torch.addmm: cuBLASLt's bias and ReLU epilogue) where the value is
     materialized anyway (a graph output or a library call's operand), so no epilogue kernel is
-    left. Under --allow gemm only, as any GEMM. (GELU is not fused: cuBLASLt's GELU epilogue is
+    left; not where it would leave the candidate without a kernel of its own. Under --allow gemm
+    only, as any GEMM. (GELU is not fused: cuBLASLt's GELU epilogue is
     the tanh form on CUDA while the CPU fallback computes the erf form.)"""
     if node.kind != "pw" or node.dtype != F32 or any(u != OUTPUT and g.nodes[u].kind != "lib"
                                                      for u in users.get(node.name, [])):
@@ -135,6 +136,8 @@ def gemm_bias_relu(g: Graph, node: Node, users: Users) -> bool:
     if add.kind != "pw" or add.op != "add" or add.attrs.get("alpha", 1) != 1 or len(add.args) != 2 or \
             not all(isinstance(a, Ref) for a in add.args):
         return False
+    if not any(g.nodes[n].kind in ("pw", "reduce", "scan") for n in g.needed() if n not in (node.name, add.name)):
+        return False  # a candidate of library calls alone has nothing of the policy's own to judge
     for mm_ref, bias in (add.args, add.args[::-1]):
         mm, b = g.nodes[mm_ref.name], g.nodes[bias.name]
         if mm.kind == "lib" and mm.op == "mm" and users[mm.name] == [add.name] and len(mm.shape) == 2 and \

@@ -143,8 +143,9 @@ def test_every_rule_is_in_the_table_once():
 
 
 def _linear_graph(tail: str) -> Graph:
-    """x @ W^T + b, then relu, as capture writes nn.Linear; `tail` reads the relu: "output", or
-    "pw" (a pointwise op after it, so an epilogue kernel is needed anyway)."""
+    """x @ W^T + b, then relu, as capture writes nn.Linear, next to an exp of x (a kernel of the
+    policy's own) unless `tail` is "alone"; `tail` reads the relu: "output" or "alone" (it is an
+    output), or "pw" (a pointwise op after it, so an epilogue kernel is needed anyway)."""
     f32 = "torch.float32"
     nodes = [_src("x", (4, 6)),
              Node("w", "source", "param", [], (5, 6), f32, {"key": "w"}),
@@ -155,7 +156,9 @@ def _linear_graph(tail: str) -> Graph:
              Node("relu", "pw", "relu", [Ref("add")], (4, 5), f32)]
     if tail == "pw":
         nodes.append(Node("tail", "pw", "mul", [Ref("relu"), 3.0], (4, 5), f32))
-    return _graph(*nodes, outputs=["tail" if tail == "pw" else "relu"])
+    nodes.append(Node("other", "pw", "exp", [Ref("x")], (4, 6), f32))  # a kernel of the policy's own
+    outputs = ["tail" if tail == "pw" else "relu"] + (["other"] if tail != "alone" else [])
+    return _graph(*nodes, outputs=outputs)
 
 
 def test_gemm_bias_relu_becomes_one_library_call_only_where_materialized():
@@ -165,8 +168,10 @@ def test_gemm_bias_relu_becomes_one_library_call_only_where_materialized():
     x, w, b = torch.randn(4, 6), torch.randn(5, 6), torch.randn(5)
     torch.testing.assert_close(evaluate(g, [x], {"w": w, "b": b})[0], torch.relu(x @ w.T + b))
     plan = plan_graph(g, ["gemm"])
-    assert plan.kernels == [] and plan.needs == {"gemm"}
+    assert len(plan.kernels) == 1 and plan.needs == {"gemm"}
     source = render_program(plan, g, "cpu", "linear_relu.py")
     assert "t_relu = torch._addmm_activation(self.get_parameter('b'), inputs[0], t_wt)" in source
     g = _linear_graph("pw")  # the epilogue kernel stays: fusing the bias into the GEMM saves nothing
+    assert rewrite(g) == [] and g.nodes["mm"].kind == "lib"
+    g = _linear_graph("alone")  # library calls alone: no candidate of the policy's own would be left
     assert rewrite(g) == [] and g.nodes["mm"].kind == "lib"
