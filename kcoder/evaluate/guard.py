@@ -39,7 +39,7 @@ _ALLOC = {
 # No-op when dtype/device already match; a real conversion is refused at the dispatcher.
 _CONVERSIONS = {"to", "cuda", "cpu", "float", "type_as"}
 _FN_GEMM = {"mm", "bmm", "addmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot",
-            "__matmul__", "__rmatmul__"}
+            "__matmul__", "__rmatmul__", "_addmm_activation"}  # the last: cuBLASLt's bias + ReLU/GELU epilogue
 _FN_CONV = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
             "conv_transpose3d", "convolution"}
 

@@ -30,6 +30,7 @@ class Generated:
     kernels: list[str] = field(default_factory=list)
     unsupported: dict[str, int] = field(default_factory=dict)
     error: str = ""
+    rewrites: list[str] = field(default_factory=list)  # rewrite.py's rules applied, "rule@node"
 
     def summary(self) -> str:
         if self.source is not None:
@@ -43,9 +44,11 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
     from kcoder.policy.graph import load_graph
     from kcoder.policy.plan import Unsupported, plan_graph
     from kcoder.policy.program import render_program
+    from kcoder.policy.rewrite import rewrite
 
     try:
         graph = load_graph(capture_graph(problem, work, sandbox=settings.sandbox))
+        applied = rewrite(graph, settings.allow)  # identities that hold for every input and weight (rewrite.py)
         plan = plan_graph(graph, settings.allow)
     except CaptureError as exc:
         return Generated(None, error=str(exc))
@@ -55,7 +58,7 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
         return Generated(None, error=f"kcoder's built-in policy failed on this module (a kcoder bug): "
                                      f"{type(exc).__name__}: {exc}")
     return Generated(render_program(plan, graph, settings.device, problem.name),
-                     [f"{k.name}: {k.describe()}" for k in plan.kernels])
+                     [f"{k.name}: {k.describe()}" for k in plan.kernels], rewrites=applied)
 
 
 def read_notes(ws: Workspace) -> dict[str, Any]:
@@ -100,7 +103,7 @@ class PolicyModel:
         g = self.generated = generate(self.ws.reference, self.settings, work)
         work.mkdir(exist_ok=True)
         (work / "notes.json").write_text(json.dumps({"kernels": g.kernels, "unsupported": g.unsupported,
-                                                      "error": g.error}, indent=1))
+                                                      "error": g.error, "rewrites": g.rewrites}, indent=1))
         if g.source is None:
             return self._reply(f"kcoder's built-in policy cannot lower this module: {g.error}", "finish",
                                {"summary": g.error})

@@ -127,6 +127,9 @@ class Planner:
         if node.op in ("mm", "bmm"):
             self._assign(node.name, f"torch.{node.op}({args[0]}, {args[1]})")
             return
+        if node.op in ("addmm", "_addmm_activation"):  # bias (+ ReLU) as the GEMM's epilogue (rewrite.py)
+            self._assign(node.name, f"torch.{node.op}({args[0]}, {args[1]}, {args[2]})")
+            return
         x, w, b, stride, padding, dilation, transposed, out_pad, groups = args[:9]
         nd = len(node.shape) - 2
         if transposed:
