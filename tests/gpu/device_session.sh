@@ -20,6 +20,7 @@
 # kbsuite: a slice of KernelBench judged by kcoder suite --results, resuming the committed results
 #          (bench/results/kernelbench-<card>.jsonl); KB=DIR carried (see kbsuite()).
 # fair:   issue 36's figures in one call (see fair()).
+# measure: PAIRS built, TESTS run, every pair judged, a table (see measure()).
 # quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
@@ -456,6 +457,22 @@ fair() {
       > "$out/fair_$p.json" 2> "$out/fair_$p.err"; echo "$p rc=$? $(( $(date +%s) - start )) s"
   done
   python3 tests/gpu/verdicts_table.py "$out"/fair_*.json
+}
+
+# measure: one call for a session's figures: PAIRS (a file of "problem candidate" lines, carried) built in
+#       parallel first, then the GPU tests named by TESTS (pytest node ids), then kcoder eval on each pair
+#       (--allow gemm,conv; EACH_S seconds at most) with its JSON under $OUT, and the judge's table last.
+measure() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  prebuild_pairs "$PAIRS" measure_prebuild.log "${BUILD_S:-200}"
+  [ -n "${TESTS:-}" ] && timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -s $TESTS 2>&1 | tee "$out/measure_tests.log" \
+    | grep -E "FAIR|RANGE|HANDOFF|passed|failed|Error|assert" | cut -c1-300 | head -20
+  while read -r problem candidate; do
+    name="$(basename "$(dirname "$candidate")")_$(basename "$candidate" .py)"
+    timeout "${EACH_S:-90}" python3 -m kcoder eval "$problem" "$candidate" --device cuda --allow gemm,conv --json \
+      > "$out/m_$name.json" 2> "$out/m_$name.err"; echo "$name rc=$? $(( $(date +%s) - start )) s"
+  done < "$PAIRS"
+  python3 tests/gpu/verdicts_table.py "$out"/m_*.json | tee "$out/measure_table.txt"
 }
 
 profile_tests() {
