@@ -52,6 +52,18 @@ __device__ __forceinline__ Acc kc_block_reduce(Acc v, Acc id, Acc* sh) {
   __syncthreads();  // sh is reused by the next stage
   return v;
 }
+// A column block (32 columns x kY = blockDim.x / 32 threads down each): the kY partials of
+// each column combined in the same order by every thread of the column (sh: blockDim.x Acc).
+template <class Op>
+__device__ __forceinline__ Acc kc_column_reduce(Acc v, Acc* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
+  v = sh[tx];
+  for (int y = 1; y < ny; ++y) v = Op::c(v, sh[y * 32 + tx]);
+  __syncthreads();  // sh is reused by the next stage
+  return v;
+}
 // The exclusive prefix of v over the block's threads (blockDim.x a multiple of 32), and the
 // block's total in `total`: a shuffle scan per warp, then one of the warps' totals.
 template <class Op>

@@ -13,10 +13,11 @@ from kcoder.policy.kernel import Kernel
 
 VEC = 4
 SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 256, 1 << 15  # few, long rows: split across blocks
-THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided or this short
+THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided (column) or this short (thread)
 WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
 SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
 PERSIST_BLOCK, PERSIST_WARP = 8192, 2048  # most elements a block (a warp) keeps in registers per row
+PERSIST_COLUMN = 128  # most elements of a column a column block keeps in registers (kY = THREADS / 32 threads)
 
 
 class Unit:
@@ -39,7 +40,7 @@ class Unit:
         k = self.k
         passes = len(k.stages) + any(not k.operands[i].row for i, _ in k.stores)
         reads = {i for i, op in enumerate(k.operands) if not op.row and not op.output}
-        limit = {"block": PERSIST_BLOCK, "warp": PERSIST_WARP}.get(self.layout, 0)
+        limit = {"block": PERSIST_BLOCK, "warp": PERSIST_WARP, "column": PERSIST_COLUMN}.get(self.layout, 0)
         if k.scan or passes < 2 or not reads or self.g.L * len(reads) > limit:
             return set()
         return reads
@@ -73,7 +74,7 @@ class Unit:
 
 
 def row_layout(kernel: Kernel) -> str:
-    """pointwise, split, thread, warp or block (the module docstring says when each is used)."""
+    """pointwise, split, column, thread, warp or block (emit_cuda's docstring says when each is used)."""
     if not kernel.dims:
         return "pointwise"
     outer = math.prod(n for d, n in enumerate(kernel.domain) if d not in kernel.dims)
@@ -83,7 +84,9 @@ def row_layout(kernel: Kernel) -> str:
         return "thread" if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH) else "block"
     if outer <= SPLIT_MAX_ROWS and length >= SPLIT_MIN_LENGTH:
         return "split"
-    if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
+    if outer >= THREAD_MIN_ROWS and strided:
+        return "column"
+    if outer >= THREAD_MIN_ROWS and length <= THREAD_MAX_LENGTH:
         return "thread"
     if not strided and outer >= WARP_MIN_ROWS and length <= WARP_MAX_LENGTH:
         return "warp"
@@ -145,13 +148,21 @@ def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: st
         out = ["  #pragma unroll", "  for (int q = 0; q < kP; ++q) {",
                f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", f"    if (r0 < {hi}) {{"]
         return out + lanes(u, body, used(u, targets) - u.cached, stores, "      ", around) + ["    }", "  }"]
-    unroll = "(UNROLL * 4)" if u.layout == "thread" else "UNROLL"  # a thread's row: more loads in flight
-    out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * {unroll}) {{",
-           "    #pragma unroll", f"    for (int n = 0; n < {unroll}; ++n) {{",
-           f"      const {u.it} r0 = c + n * {nthr} * V;",
-           f"      if (r0 < {hi}) {{"]
-    out += lanes(u, body, used(u, targets), stores, "        ", around)
-    return out + ["      }", "    }", "  }"]
+    # a thread's (a column's) share of a row: scalar loads, so more of them in flight
+    unroll = "(UNROLL * 4)" if u.layout in ("thread", "column") else "UNROLL"
+    loads, step = used(u, targets), f"{nthr} * V"
+    # whole groups of `unroll` chunks with no bound checks (their loads issue together, none
+    # predicated), a float partial sum around each group; then the chunks left, one at a time
+    out = [f"  {u.it} c = {lo} + {tid} * V;",
+           f"  for (; c + ({unroll} - 1) * {step} < {hi}; c += {step} * {unroll}) {{"]
+    out += ["    " + line for line in around[0]]
+    out += ["    #pragma unroll", f"    for (int n = 0; n < {unroll}; ++n) {{",
+            f"      const {u.it} r0 = c + n * {step};"]
+    out += lanes(u, body, loads, stores, "      ")
+    out += ["    }"] + ["    " + line for line in around[1]] + ["  }"]
+    out += [f"  for (; c < {hi}; c += {step}) {{", f"    const {u.it} r0 = c;"]
+    out += lanes(u, body, loads, stores, "    ", around)
+    return ["  {"] + ["  " + line for line in out + ["  }"]] + ["  }"]
 
 
 def cache_rows(u: Unit, tid: str, nthr: str) -> list[str]:

@@ -11,8 +11,12 @@ Layouts, chosen from the static shape (`row_layout`):
   aligned (checked at call time; otherwise the scalar instance), UNROLL vectors per thread.
 - "warp": many short contiguous rows, a warp per row (THREADS/32 rows per block), shuffles only.
 - "block": a block per row; each stage a vectorized loop and a warp-shuffle block reduction.
-- "thread": many strided or tiny rows (a reduction over a dim that is not the innermost):
-  a thread per row, adjacent threads reading adjacent addresses.
+- "column": many strided rows (a reduction over a dim that is not the innermost, e.g. dim 1 of
+  [B, R, C]): 32 adjacent rows a block, a lane each, and the block's kY = THREADS/32 warps
+  splitting each row's elements (UNROLL * 4 loads in flight each), then the kY partials combined
+  through shared memory: every warp load is 32 adjacent addresses, and the work comes in blocks
+  short enough to balance over the SMs (a thread walking a whole 4096-element row did not).
+- "thread": many tiny contiguous rows (pooling windows, rows of at most 32): a thread per row.
 - "split": few long rows: each row cut into chunks over gridDim.y, one launch per reduction
   stage (each block's partial, then the row's last block combines them, an atomic count saying
   which) and one launch for the full-size outputs, so a few rows still fill the GPU.
@@ -49,7 +53,8 @@ def launcher(u: Unit) -> list[str]:
         return lines + ["  return cudaSuccess;", "}"]
     grid = {"pointwise": f"(unsigned)(({u.g.O * u.g.L}LL + THREADS * V * UNROLL - 1) / (THREADS * V * UNROLL))",
             "block": f"{u.g.O}u", "warp": f"(unsigned)(({u.g.O}LL + THREADS / 32 - 1) / (THREADS / 32))",
-            "thread": f"(unsigned)(({u.g.O}LL + THREADS - 1) / THREADS)"}
+            "thread": f"(unsigned)(({u.g.O}LL + THREADS - 1) / THREADS)",
+            "column": f"(unsigned)(({u.g.O}LL + 31) / 32)"}
     variants = [4, 1] if u.vec else [1]
     for v in variants:
         cond = "  if (vec) {" if v == 4 else ("  } else {" if u.vec else "  {")
