@@ -64,7 +64,9 @@ def row_kernel(u: Unit) -> list[str]:
     lines += bases(u, "  ") + row_stmts(u, -1)
     if u.cached:
         lines += cache_rows(u, tid, nthr)
-    pairs = online_pairs(k)
+    # online max + sum saves a read from memory; a row in registers has none to save, and two
+    # plain passes (a max, then exp and add) cost fewer instructions than the online update
+    pairs = set() if u.cached else online_pairs(k)
     for n, st in enumerate(k.stages):
         if n - 1 in pairs:
             continue  # its sum came out of the pass before (online)

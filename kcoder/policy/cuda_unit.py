@@ -23,11 +23,20 @@ PERSIST_COLUMN = 128  # most elements of a column a column block keeps in regist
 class Unit:
     """One kernel with its geometry: what every renderer below needs."""
 
-    def __init__(self, kernel: Kernel, geo: Geometry) -> None:
+    def __init__(self, kernel: Kernel, geo: Geometry, layout: str | None = None) -> None:
         self.k, self.g, self.it = kernel, geo, index_type(geo)
-        self.layout = row_layout(kernel) if kernel.dims else "pointwise"
+        self.layout = layout or (row_layout(kernel) if kernel.dims else "pointwise")
+        # cluster layout (cuda_cluster.py): blocks per row, elements per block, the operands
+        # kept in shared memory
+        self.cl, self.chunk, self.smem = 0, 0, set()
+        if layout is None and self.layout in ("block", "split"):
+            from kcoder.policy.cuda_cluster import cluster_fit
+
+            fit = cluster_fit(kernel, geo)
+            if fit:
+                self.layout, (self.cl, self.chunk, self.smem) = "cluster", fit
         inner_ok = (len(geo.is_) == 1 and geo.L % VEC == 0 and not kernel.scan
-                    and self.layout in ("pointwise", "warp", "block", "split"))
+                    and self.layout in ("pointwise", "warp", "block", "split", "cluster"))
         self.vec = {i for i, op in enumerate(kernel.operands)
                     if inner_ok and not op.row and op.ctype == "float" and geo.ist[i][0] == 1
                     and geo.offsets[i] % VEC == 0 and all(s % VEC == 0 for s in geo.ost[i])}
@@ -52,6 +61,8 @@ class Unit:
         def fn(i: int) -> str:
             if self.k.operands[i].row:
                 return f"p{i}[b{i}]"
+            if lane and i in self.smem:
+                return f"xv{i}[j]"
             if lane and i in self.cached:
                 return f"xc{i}[q * V + j]"
             if lane and i in self.vec:
@@ -114,12 +125,23 @@ def vector_load(i: int, dst: str) -> list[str]:
             f"}} else {{ {dst}0] = p{i}[b{i} + r0]; }}"]
 
 
+def smem_load(i: int) -> list[str]:
+    """Operand i's V elements from r0 out of this block's chunk in shared memory (xs{i}, from lo)."""
+    return [f"float xv{i}[V];", "if constexpr (V == 4) {",
+            f"  const float4 sv = *reinterpret_cast<const float4*>(xs{i} + (r0 - lo));",
+            f"  xv{i}[0] = sv.x; xv{i}[1] = sv.y; xv{i}[2] = sv.z; xv{i}[3] = sv.w;",
+            f"}} else {{ xv{i}[0] = xs{i}[r0 - lo]; }}"]
+
+
 def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: str,
-          around: tuple[list[str], list[str]] = ([], [])) -> list[str]:
+          around: tuple[list[str], list[str]] = ([], []), shared: frozenset[int] = frozenset()) -> list[str]:
     """`body` for the V elements from r0: vector loads before, vector stores after (V == VEC);
-    `around` is what comes before and after the V elements (a float partial sum)."""
+    `around` is what comes before and after the V elements (a float partial sum); `shared`:
+    operands read from shared memory (the cluster layout)."""
     it, out = u.it, []
-    for i in sorted(loads):
+    for i in sorted(shared):
+        out += smem_load(i)
+    for i in sorted(loads - shared):
         out += [f"float x{i}[V];"] + vector_load(i, f"x{i}[")
     out += [f"float y{i}[V];" for i in sorted(stores)]
     out += around[0] + ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
@@ -131,10 +153,10 @@ def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: s
     return [indent + line for line in out]
 
 
-def used(u: Unit, targets: list[str]) -> set[int]:
-    """The vectorized operands the statements for `targets` read."""
+def used(u: Unit, targets: list[str], among: set[int] | None = None) -> set[int]:
+    """The vectorized operands (or those of `among`) the statements for `targets` read."""
     text = " ".join(s.expr for s in closure(u.k, targets))
-    return {i for i in u.vec if f"LOAD{i}" in text and not u.k.operands[i].output}
+    return {i for i in (u.vec if among is None else among) if f"LOAD{i}" in text and not u.k.operands[i].output}
 
 
 def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: str, nthr: str,

@@ -20,7 +20,12 @@ Layouts, chosen from the static shape (`row_layout`):
 - "split": few long rows: each row cut into chunks over gridDim.y, one launch per reduction
   stage (each block's partial, then the row's last block combines them, an atomic count saying
   which) and one launch for the full-size outputs, so a few rows still fill the GPU.
-Softmax-like max-then-sum(exp(x - max)) stage pairs run as one online pass (stages.py).
+- "cluster": rows passed over more than once, too long for registers, many enough to fill the
+  GPU: each row over a cluster of up to 8 blocks holding it in shared memory, read from memory
+  once (cuda_cluster.py); the block-per-row kernel where such a cluster cannot be resident.
+Softmax-like max-then-sum(exp(x - max)) stage pairs run as one online pass (stages.py) where
+the row is read from memory for each pass; a row on chip (registers, shared memory) takes two
+plain passes, which cost fewer instructions.
 Scans: a block per row chunk by chunk, or a thread per strided row (emit_cuda_scan.py).
 TUNE: threads per block and the unroll factor, as -D flags on the CUDA unit only; a candidate
 declares only the knobs its kernels use (a persistent row reads registers: no UNROLL), so every
@@ -30,6 +35,7 @@ point of its space is different code.
 from __future__ import annotations
 
 from kcoder.policy.cuda_device import HELPERS
+from kcoder.policy.cuda_cluster import cluster_kernel, cluster_launch
 from kcoder.policy.cuda_kernels import pointwise_kernel, row_kernel, split_kernels
 from kcoder.policy.cuda_unit import SPLIT_MAX, Unit, row_layout
 from kcoder.policy.emit_cuda_scan import scan_kernel
@@ -59,7 +65,9 @@ def launcher(u: Unit) -> list[str]:
     for v in variants:
         cond = "  if (vec) {" if v == 4 else ("  } else {" if u.vec else "  {")
         lines.append(cond)
-        if lay == "split":
+        if lay == "cluster":
+            lines += cluster_launch(u, v, "    ")
+        elif lay == "split":
             phases = len(k.stages) + (1 if any(not k.operands[i].row for i, _ in k.stores) else 0)
             for ph in range(phases):
                 lines.append(f"    {k.name}_p{ph}<{v}><<<dim3({u.g.O}u, {k.name}_Y), THREADS, 0, stream>>>"
@@ -146,6 +154,8 @@ def render_cuda(plan: Plan, graph: Graph) -> tuple[str, str]:
             body = pointwise_kernel(u)
         elif u.layout == "split":
             body = split_kernels(u)
+        elif u.layout == "cluster":  # with the block-per-row kernel, for a device it does not fit
+            body = row_kernel(Unit(u.k, u.g, "block")) + cluster_kernel(u)
         else:
             body = row_kernel(u)
         cuda.append("\n".join(body + launcher(u)) + "\n")
