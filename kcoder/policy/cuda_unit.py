@@ -13,7 +13,7 @@ from kcoder.policy.kernel import Kernel
 
 VEC = 4
 SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 256, 1 << 15  # few, long rows: split across blocks
-THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided (column) or this short (thread)
+THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows: strided (column; thread up to this long) or short
 WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
 SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
 PERSIST_BLOCK, PERSIST_WARP = 8192, 2048  # most elements a block (a warp) keeps in registers per row
@@ -95,9 +95,9 @@ def row_layout(kernel: Kernel) -> str:
         return "thread" if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH) else "block"
     if outer <= SPLIT_MAX_ROWS and length >= SPLIT_MIN_LENGTH:
         return "split"
-    if outer >= THREAD_MIN_ROWS and strided:
+    if outer >= THREAD_MIN_ROWS and strided and length > THREAD_MAX_LENGTH:
         return "column"
-    if outer >= THREAD_MIN_ROWS and length <= THREAD_MAX_LENGTH:
+    if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
         return "thread"
     if not strided and outer >= WARP_MIN_ROWS and length <= WARP_MAX_LENGTH:
         return "warp"

@@ -16,7 +16,8 @@ Layouts, chosen from the static shape (`row_layout`):
   splitting each row's elements (UNROLL * 4 loads in flight each), then the kY partials combined
   through shared memory: every warp load is 32 adjacent addresses, and the work comes in blocks
   short enough to balance over the SMs (a thread walking a whole 4096-element row did not).
-- "thread": many tiny contiguous rows (pooling windows, rows of at most 32): a thread per row.
+- "thread": many tiny rows (pooling windows, rows of at most 32, strided or not): a thread per
+  row, adjacent threads reading adjacent addresses where the rows are strided.
 - "split": few long rows: each row cut into chunks over gridDim.y, one launch per reduction
   stage (each block's partial, then the row's last block combines them, an atomic count saying
   which) and one launch for the full-size outputs, so a few rows still fill the GPU.
