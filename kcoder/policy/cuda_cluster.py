@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from kcoder.policy.cuda_device import INIT
 from kcoder.policy.cuda_unit import (
-    VEC,
     Unit,
     accumulate,
     bases,
@@ -31,39 +30,8 @@ from kcoder.policy.cuda_unit import (
     used,
 )
 from kcoder.policy.emit_common import closure
-from kcoder.policy.geometry import Geometry
-from kcoder.policy.kernel import Kernel
 
 CLUSTER_THREADS = 512  # a cluster block's threads (fixed: one or two blocks an SM, not THREADS)
-CLUSTER_MAX = 8  # blocks a cluster (the portable limit)
-CLUSTER_SMEM = 200 * 1024  # most row bytes a block keeps (an H100 block gets at most 227 KB)
-CLUSTER_PAIR = 100 * 1024  # at most this much, two blocks share an SM (one loads while one writes)
-CLUSTER_MIN_BLOCKS = 264  # at least two blocks per SM of an H100 (132 SMs), else the old layouts
-PERSIST_LIMIT = 8192  # rows the block layout keeps in registers stay there (cuda_unit.PERSIST_BLOCK)
-
-
-def cluster_fit(k: Kernel, geo: Geometry) -> tuple[int, int, set[int]] | None:
-    """(blocks per row, elements per block, operands kept in shared memory) where the cluster
-    layout applies, else None. Kept: the float operands read along contiguous rows that differ
-    from row to row (a weight broadcast over the rows stays in L2 and is read from there)."""
-    if k.scan or not k.stages or len(geo.is_) != 1:
-        return None
-    passes = len(k.stages) + any(not k.operands[i].row for i, _ in k.stores)
-    reads = [i for i, op in enumerate(k.operands) if not op.row and not op.output]
-    kept = {i for i in reads if k.operands[i].ctype == "float" and geo.ist[i][0] == 1 and any(geo.ost[i])}
-    if passes < 2 or not kept or geo.L * len(reads) <= PERSIST_LIMIT:
-        return None
-    fits = []
-    for cl in (1, 2, 4, 8):
-        chunk = -(-geo.L // cl)
-        chunk = -(-chunk // VEC) * VEC
-        nbytes = chunk * 4 * len(kept)
-        if nbytes <= CLUSTER_SMEM and geo.O * cl >= CLUSTER_MIN_BLOCKS:
-            fits.append((nbytes > CLUSTER_PAIR, cl, chunk))
-    if not fits:
-        return None
-    _, cl, chunk = min(fits)  # two blocks an SM where some size allows it, then the fewest blocks a row
-    return cl, chunk, kept
 
 
 def smem_bytes(u: Unit) -> int:

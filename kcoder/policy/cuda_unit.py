@@ -17,6 +17,11 @@ THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows: strided (column; thr
 WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
 SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
 PERSIST_BLOCK, PERSIST_WARP = 8192, 2048  # most elements a block (a warp) keeps in registers per row
+# the cluster layout (cuda_cluster.py)
+CLUSTER_MAX = 8  # blocks a cluster (the portable limit)
+CLUSTER_SMEM = 200 * 1024  # most row bytes a block keeps (an H100 block gets at most 227 KB)
+CLUSTER_PAIR = 100 * 1024  # at most this much, two blocks share an SM (one loads while one writes)
+CLUSTER_MIN_BLOCKS = 264  # at least two blocks per SM of an H100 (132 SMs), else the old layouts
 PERSIST_COLUMN = 128  # most elements of a column a column block keeps in registers (kY = THREADS / 32 threads)
 
 
@@ -30,8 +35,6 @@ class Unit:
         # kept in shared memory
         self.cl, self.chunk, self.smem = 0, 0, set()
         if layout is None and self.layout in ("block", "split"):
-            from kcoder.policy.cuda_cluster import cluster_fit
-
             fit = cluster_fit(kernel, geo)
             if fit:
                 self.layout, (self.cl, self.chunk, self.smem) = "cluster", fit
@@ -102,6 +105,30 @@ def row_layout(kernel: Kernel) -> str:
     if not strided and outer >= WARP_MIN_ROWS and length <= WARP_MAX_LENGTH:
         return "warp"
     return "block"
+
+
+def cluster_fit(k: Kernel, geo: Geometry) -> tuple[int, int, set[int]] | None:
+    """(blocks per row, elements per block, operands kept in shared memory) where the cluster
+    layout applies, else None. Kept: the float operands read along contiguous rows that differ
+    from row to row (a weight broadcast over the rows stays in L2 and is read from there)."""
+    if k.scan or not k.stages or len(geo.is_) != 1:
+        return None
+    passes = len(k.stages) + any(not k.operands[i].row for i, _ in k.stores)
+    reads = [i for i, op in enumerate(k.operands) if not op.row and not op.output]
+    kept = {i for i in reads if k.operands[i].ctype == "float" and geo.ist[i][0] == 1 and any(geo.ost[i])}
+    if passes < 2 or not kept or geo.L * len(reads) <= PERSIST_BLOCK:
+        return None
+    fits = []
+    for cl in (c for c in (1, 2, 4, 8) if c <= CLUSTER_MAX):
+        chunk = -(-geo.L // cl)
+        chunk = -(-chunk // VEC) * VEC
+        nbytes = chunk * 4 * len(kept)
+        if nbytes <= CLUSTER_SMEM and geo.O * cl >= CLUSTER_MIN_BLOCKS:
+            fits.append((nbytes > CLUSTER_PAIR, cl, chunk))
+    if not fits:
+        return None
+    _, cl, chunk = min(fits)  # two blocks an SM where some size allows it, then the fewest blocks a row
+    return cl, chunk, kept
 
 
 def pointers(u: Unit) -> list[str]:

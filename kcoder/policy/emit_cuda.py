@@ -35,8 +35,8 @@ point of its space is different code.
 
 from __future__ import annotations
 
-from kcoder.policy.cuda_device import HELPERS
 from kcoder.policy.cuda_cluster import cluster_kernel, cluster_launch
+from kcoder.policy.cuda_device import HELPERS
 from kcoder.policy.cuda_kernels import pointwise_kernel, row_kernel, split_kernels
 from kcoder.policy.cuda_unit import SPLIT_MAX, Unit, row_layout
 from kcoder.policy.emit_cuda_scan import scan_kernel
