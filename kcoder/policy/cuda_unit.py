@@ -10,11 +10,13 @@ from kcoder.policy.cuda_device import INIT, INIT_F, index_type, offset
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.geometry import Geometry
 from kcoder.policy.kernel import Kernel
+from kcoder.policy.stages import online_pairs
 
 VEC = 4
 SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 256, 1 << 15  # few, long rows: split across blocks
 THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows: strided (column; thread up to this long) or short
 WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
+SCAN_WARP_MIN_ROWS, SCAN_WARP_MIN_LENGTH = 1024, 512  # scans: many rows of at least a warp's chunk
 SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
 PERSIST_BLOCK, PERSIST_WARP = 8192, 2048  # most elements a block (a warp) keeps in registers per row
 # the cluster layout (cuda_cluster.py)
@@ -38,7 +40,7 @@ class Unit:
             fit = cluster_fit(kernel, geo)
             if fit:
                 self.layout, (self.cl, self.chunk, self.smem) = "cluster", fit
-        inner_ok = (len(geo.is_) == 1 and geo.L % VEC == 0 and not kernel.scan
+        inner_ok = (len(geo.is_) == 1 and geo.L % VEC == 0 and (not kernel.scan or self.layout == "warp")
                     and self.layout in ("pointwise", "warp", "block", "split", "cluster"))
         self.vec = {i for i, op in enumerate(kernel.operands)
                     if inner_ok and not op.row and op.ctype == "float" and geo.ist[i][0] == 1
@@ -95,7 +97,9 @@ def row_layout(kernel: Kernel) -> str:
     length = math.prod(kernel.domain[d] for d in kernel.dims)
     strided = len(kernel.domain) - 1 not in kernel.dims
     if kernel.scan:
-        return "thread" if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH) else "block"
+        if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
+            return "thread"
+        return "warp" if not strided and outer >= SCAN_WARP_MIN_ROWS and length >= SCAN_WARP_MIN_LENGTH else "block"
     if outer <= SPLIT_MAX_ROWS and length >= SPLIT_MIN_LENGTH:
         return "split"
     if outer >= THREAD_MIN_ROWS and strided and length > THREAD_MAX_LENGTH:
@@ -113,7 +117,8 @@ def cluster_fit(k: Kernel, geo: Geometry) -> tuple[int, int, set[int]] | None:
     from row to row (a weight broadcast over the rows stays in L2 and is read from there)."""
     if k.scan or not k.stages or len(geo.is_) != 1:
         return None
-    passes = len(k.stages) + any(not k.operands[i].row for i, _ in k.stores)
+    # passes through memory a block per row makes (an online max + sum is one): one is the floor
+    passes = len(k.stages) - len(online_pairs(k)) + any(not k.operands[i].row for i, _ in k.stores)
     reads = [i for i, op in enumerate(k.operands) if not op.row and not op.output]
     kept = {i for i in reads if k.operands[i].ctype == "float" and geo.ist[i][0] == 1 and any(geo.ost[i])}
     if passes < 2 or not kept or geo.L * len(reads) <= PERSIST_BLOCK:

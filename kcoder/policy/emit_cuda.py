@@ -27,7 +27,8 @@ Layouts, chosen from the static shape (`row_layout`):
 Softmax-like max-then-sum(exp(x - max)) stage pairs run as one online pass (stages.py) where
 the row is read from memory for each pass; a row on chip (registers, shared memory) takes two
 plain passes, which cost fewer instructions.
-Scans: a block per row chunk by chunk, or a thread per strided row (emit_cuda_scan.py).
+Scans: a warp per row for many long contiguous rows, else a block per row chunk by chunk, or a
+thread per strided row (emit_cuda_scan.py).
 TUNE: threads per block and the unroll factor, as -D flags on the CUDA unit only; a candidate
 declares only the knobs its kernels use (a persistent row reads registers: no UNROLL), so every
 point of its space is different code.
@@ -39,7 +40,7 @@ from kcoder.policy.cuda_cluster import cluster_kernel, cluster_launch
 from kcoder.policy.cuda_device import HELPERS
 from kcoder.policy.cuda_kernels import pointwise_kernel, row_kernel, split_kernels
 from kcoder.policy.cuda_unit import SPLIT_MAX, Unit, row_layout
-from kcoder.policy.emit_cuda_scan import scan_kernel
+from kcoder.policy.emit_cuda_scan import scan_kernel, warp_scan_kernel
 from kcoder.policy.geometry import kernel_geometry
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
@@ -150,7 +151,7 @@ def render_cuda(plan: Plan, graph: Graph) -> tuple[str, str]:
     for u in units(plan, graph):
         cpp.append("\n".join(binding(u)) + "\n")
         if u.k.scan:
-            body = scan_kernel(u)
+            body = warp_scan_kernel(u) if u.layout == "warp" else scan_kernel(u)
         elif u.layout == "pointwise":
             body = pointwise_kernel(u)
         elif u.layout == "split":

@@ -138,13 +138,17 @@ def test_cuda_source_for_each_family(graphs, tmp_path):
     """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags,
     sizes and strides as literals checked by the binding; when nvcc is present, the torch-free
     CUDA unit compiles."""
-    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py", "scans.py"):
+    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py", "scans.py", "scan_rows.py"):
         graph = graphs(HERE / problem)
         plan = plan_graph(graph, [])
         cpp, cuda = render_cuda(plan, graph)
         assert "getCurrentCUDAStream" in cpp and "torch" not in cuda.lower()
         assert cpp.count("this kernel was generated for sizes") == len(plan.kernels)
         assert "KArgs" not in cuda and "a.L" not in cuda  # no run-time geometry left
+        if problem == "scan_rows.py":  # a warp per row; vectors through the transpose buffer
+            assert [row_layout(k) for k in plan.kernels] == ["warp"] * 5
+            assert cuda.count("__shared__ float kc_tb[THREADS / 32][528];") == 5
+            assert cuda.count("const float4 g = *reinterpret_cast<const float4*>(p") == 4  # not the odd rows
         source = render_program(plan, graph, "cuda", problem)
         assert 'extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]]' in source
         if shutil.which("nvcc"):

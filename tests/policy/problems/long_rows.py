@@ -1,7 +1,8 @@
 """Rows the CUDA target keeps on chip: long rows passed twice over a thread block cluster's
-shared memory (softmax and logsumexp over 40000 columns: two blocks a row; an L1 norm over an
-odd length: scalar copies; instance norm: one block a row), and a softmax over a middle dim
-(a column block with its columns in registers). Odd sizes."""
+shared memory (softmax over 40000 columns: two blocks a row; an L1 norm over an odd length:
+scalar copies; instance norm: one block a row; a logsumexp, whose max is guarded against
+infinities, so not an online pair: a per-row output), and a softmax over a middle dim (a column
+block with its columns in registers). Odd sizes."""
 
 import torch
 import torch.nn as nn
