@@ -6,6 +6,7 @@ from __future__ import annotations
 from kcoder.policy.geometry import Geometry
 
 HELPERS = r"""
+#include <cooperative_groups.h>
 struct Acc { double v; long long i; };
 struct AccF { float v; long long i; };  // max/min/argmax/argmin of float values: exact in float
 struct C_sum { __device__ static Acc c(Acc a, Acc b) { return {a.v + b.v, 0}; } };
@@ -51,6 +52,85 @@ __device__ __forceinline__ Acc kc_block_reduce(Acc v, Acc id, Acc* sh) {
   v = kc_warp_reduce<Op>(lane < (int)(blockDim.x >> 5) ? sh[lane] : id);
   __syncthreads();  // sh is reused by the next stage
   return v;
+}
+// A column block (32 columns x kY = blockDim.x / 32 threads down each): the kY partials of
+// each column combined in the same order by every thread of the column (sh: blockDim.x Acc).
+template <class Op>
+__device__ __forceinline__ Acc kc_column_reduce(Acc v, Acc* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  const int tx = threadIdx.x & 31, ny = blockDim.x >> 5;
+  v = sh[tx];
+  for (int y = 1; y < ny; ++y) v = Op::c(v, sh[y * 32 + tx]);
+  __syncthreads();  // sh is reused by the next stage
+  return v;
+}
+// Thread block clusters (sm_90; cuda_cluster.py): the block's rank in its cluster, the split
+// cluster barrier, and a stage's block partials combined over the cluster, every block getting
+// the same bits (the ranks' partials in one warp butterfly, read from each block's `slot`).
+// A cluster kernel compiled for an older GPU (a multi-arch build) is never launched there
+// (kc_cluster_fits says no): it keeps no cluster attribute and traps if it ever runs.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define KC_CLUSTER_DIMS(n)
+#else
+#define KC_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
+#endif
+__device__ __forceinline__ unsigned kc_cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().block_rank();
+#else
+  __trap();
+  return 0;
+#endif
+}
+__device__ __forceinline__ void kc_cluster_arrive() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void kc_cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+template <class Op, int CL>
+__device__ __forceinline__ Acc kc_cluster_reduce(Acc v, Acc id, Acc* slot) {
+#if __CUDA_ARCH__ >= 900
+  if (threadIdx.x == 0) *slot = v;
+  kc_cluster_arrive();  // every block's partial written before any block reads one
+  kc_cluster_wait();
+  const int lane = threadIdx.x & 31;
+  Acc w = id;
+  if (lane < CL) w = *cooperative_groups::this_cluster().map_shared_rank(slot, (unsigned)lane);
+  return kc_warp_reduce<Op>(w);
+#else
+  return v;
+#endif
+}
+// Host: can a cluster of `kernel` (its __cluster_dims__) with `smem` bytes of dynamic shared
+// memory a block be resident on the current device? (No: the caller runs another layout.)
+template <class K>
+static bool kc_cluster_fits(K kernel, unsigned grid, int threads, int smem) {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
 }
 // The exclusive prefix of v over the block's threads (blockDim.x a multiple of 32), and the
 // block's total in `total`: a shuffle scan per warp, then one of the warps' totals.

@@ -42,19 +42,31 @@ def pointwise_kernel(u: Unit) -> list[str]:
 
 
 def row_kernel(u: Unit) -> list[str]:
-    """block, warp or thread layout: one kernel, the stages one after another."""
+    """block, warp, column or thread layout: one kernel, the stages one after another.
+    column: 32 adjacent rows (columns of the strided data) a block, lane tx on row
+    blockIdx.x * 32 + tx and warp ty on the elements ty, ty + kY, ... of it, so each warp load
+    is 32 adjacent addresses and a block's 8 (kY) warps walk the row together; a thread past
+    the last row works on the last row's data (every thread reaches the block's barriers) and
+    stores nothing."""
     k, lay, it = u.k, u.layout, u.it
     tid, nthr = {"block": ("threadIdx.x", "THREADS"), "warp": ("(threadIdx.x & 31)", "32"),
-                 "thread": ("0", "1")}[lay]
-    lines = head(u, "const KPtrs a", ["  __shared__ Acc sh[32];"] if lay == "block" else [])
+                 "thread": ("0", "1"), "column": ("ty", "kY")}[lay]
+    shared = {"block": ["  __shared__ Acc sh[32];"], "column": ["  __shared__ Acc sh[THREADS];"]}.get(lay, [])
+    lines = head(u, "const KPtrs a", shared)
     lines += {"block": [f"  const {it} o = blockIdx.x;"],
               "warp": [f"  const {it} o = ({it})blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);",
                        "  if (o >= kO) return;"],
-              "thread": [f"  const {it} o = ({it})blockIdx.x * THREADS + threadIdx.x;", "  if (o >= kO) return;"]}[lay]
+              "thread": [f"  const {it} o = ({it})blockIdx.x * THREADS + threadIdx.x;", "  if (o >= kO) return;"],
+              "column": ["  constexpr int kY = THREADS / 32;", "  const int ty = threadIdx.x >> 5;",
+                         f"  const {it} o_live = ({it})blockIdx.x * 32 + (threadIdx.x & 31);",
+                         "  const bool live = o_live < kO;",
+                         f"  const {it} o = live ? o_live : kO - 1;"]}[lay]
     lines += bases(u, "  ") + row_stmts(u, -1)
     if u.cached:
         lines += cache_rows(u, tid, nthr)
-    pairs = online_pairs(k)
+    # online max + sum saves a read from memory; a row in registers has none to save, and two
+    # plain passes (a max, then exp and add) cost fewer instructions than the online update
+    pairs = set() if u.cached else online_pairs(k)
     for n, st in enumerate(k.stages):
         if n - 1 in pairs:
             continue  # its sum came out of the pass before (online)
@@ -70,6 +82,8 @@ def row_kernel(u: Unit) -> list[str]:
             lines.append(f"  a{n} = kc_block_reduce<C_{kind}>(a{n}, {INIT[kind]}, sh);")
         elif lay == "warp":
             lines.append(f"  a{n} = kc_warp_reduce<C_{kind}>(a{n});")
+        elif lay == "column":
+            lines.append(f"  a{n} = kc_column_reduce<C_{kind}>(a{n}, sh);")
         lines += stage_result(st, n) + row_stmts(u, n)
         if n in pairs:
             second = k.stages[n + 1]
@@ -77,10 +91,11 @@ def row_kernel(u: Unit) -> list[str]:
             lines += row_stmts(u, n + 1)
     full, stores, rows = outputs(u)
     if full:
-        lines += loop(u, full, u.stores(True), stores, tid, nthr, ("0", "kL"))
+        body = loop(u, full, u.stores(True), stores, tid, nthr, ("0", "kL"))
+        lines += ["  if (live) {", *body, "  }"] if lay == "column" else body
     if rows:
         lines.append({"block": "  if (threadIdx.x == 0) {", "warp": "  if ((threadIdx.x & 31) == 0) {",
-                      "thread": "  {"}[lay])
+                      "thread": "  {", "column": "  if (live && ty == 0) {"}[lay])
         lines += [f"    p{i}[b{i}] = {v};" for i, v in rows] + ["  }"]
     return lines + ["}"]
 

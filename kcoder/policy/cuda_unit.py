@@ -10,23 +10,38 @@ from kcoder.policy.cuda_device import INIT, INIT_F, index_type, offset
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.geometry import Geometry
 from kcoder.policy.kernel import Kernel
+from kcoder.policy.stages import online_pairs
 
 VEC = 4
 SPLIT_MAX_ROWS, SPLIT_MIN_LENGTH = 256, 1 << 15  # few, long rows: split across blocks
-THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows that are strided or this short
+THREAD_MIN_ROWS, THREAD_MAX_LENGTH = 4096, 32  # many rows: strided (column; thread up to this long) or short
 WARP_MIN_ROWS, WARP_MAX_LENGTH = 256, 1024  # many short contiguous rows: a warp each
+SCAN_WARP_MIN_ROWS, SCAN_WARP_MIN_LENGTH = 1024, 512  # scans: many rows of at least a warp's chunk
 SPLIT_BLOCKS, SPLIT_MAX = 1024, 1024  # a split kernel's target block count; most chunks per row
 PERSIST_BLOCK, PERSIST_WARP = 8192, 2048  # most elements a block (a warp) keeps in registers per row
+# the cluster layout (cuda_cluster.py)
+CLUSTER_MAX = 8  # blocks a cluster (the portable limit)
+CLUSTER_SMEM = 200 * 1024  # most row bytes a block keeps (an H100 block gets at most 227 KB)
+CLUSTER_PAIR = 100 * 1024  # at most this much, two blocks share an SM (one loads while one writes)
+CLUSTER_MIN_BLOCKS = 264  # at least two blocks per SM of an H100 (132 SMs), else the old layouts
+PERSIST_COLUMN = 128  # most elements of a column a column block keeps in registers (kY = THREADS / 32 threads)
 
 
 class Unit:
     """One kernel with its geometry: what every renderer below needs."""
 
-    def __init__(self, kernel: Kernel, geo: Geometry) -> None:
+    def __init__(self, kernel: Kernel, geo: Geometry, layout: str | None = None) -> None:
         self.k, self.g, self.it = kernel, geo, index_type(geo)
-        self.layout = row_layout(kernel) if kernel.dims else "pointwise"
-        inner_ok = (len(geo.is_) == 1 and geo.L % VEC == 0 and not kernel.scan
-                    and self.layout in ("pointwise", "warp", "block", "split"))
+        self.layout = layout or (row_layout(kernel) if kernel.dims else "pointwise")
+        # cluster layout (cuda_cluster.py): blocks per row, elements per block, the operands
+        # kept in shared memory
+        self.cl, self.chunk, self.smem = 0, 0, set()
+        if layout is None and self.layout in ("block", "split"):
+            fit = cluster_fit(kernel, geo)
+            if fit:
+                self.layout, (self.cl, self.chunk, self.smem) = "cluster", fit
+        inner_ok = (len(geo.is_) == 1 and geo.L % VEC == 0 and (not kernel.scan or self.layout == "warp")
+                    and self.layout in ("pointwise", "warp", "block", "split", "cluster"))
         self.vec = {i for i, op in enumerate(kernel.operands)
                     if inner_ok and not op.row and op.ctype == "float" and geo.ist[i][0] == 1
                     and geo.offsets[i] % VEC == 0 and all(s % VEC == 0 for s in geo.ost[i])}
@@ -39,7 +54,7 @@ class Unit:
         k = self.k
         passes = len(k.stages) + any(not k.operands[i].row for i, _ in k.stores)
         reads = {i for i, op in enumerate(k.operands) if not op.row and not op.output}
-        limit = {"block": PERSIST_BLOCK, "warp": PERSIST_WARP}.get(self.layout, 0)
+        limit = {"block": PERSIST_BLOCK, "warp": PERSIST_WARP, "column": PERSIST_COLUMN}.get(self.layout, 0)
         if k.scan or passes < 2 or not reads or self.g.L * len(reads) > limit:
             return set()
         return reads
@@ -51,6 +66,8 @@ class Unit:
         def fn(i: int) -> str:
             if self.k.operands[i].row:
                 return f"p{i}[b{i}]"
+            if lane and i in self.smem:
+                return f"xv{i}[j]"
             if lane and i in self.cached:
                 return f"xc{i}[q * V + j]"
             if lane and i in self.vec:
@@ -73,21 +90,50 @@ class Unit:
 
 
 def row_layout(kernel: Kernel) -> str:
-    """pointwise, split, thread, warp or block (the module docstring says when each is used)."""
+    """pointwise, split, column, thread, warp or block (emit_cuda's docstring says when each is used)."""
     if not kernel.dims:
         return "pointwise"
     outer = math.prod(n for d, n in enumerate(kernel.domain) if d not in kernel.dims)
     length = math.prod(kernel.domain[d] for d in kernel.dims)
     strided = len(kernel.domain) - 1 not in kernel.dims
     if kernel.scan:
-        return "thread" if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH) else "block"
+        if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
+            return "thread"
+        return "warp" if not strided and outer >= SCAN_WARP_MIN_ROWS and length >= SCAN_WARP_MIN_LENGTH else "block"
     if outer <= SPLIT_MAX_ROWS and length >= SPLIT_MIN_LENGTH:
         return "split"
+    if outer >= THREAD_MIN_ROWS and strided and length > THREAD_MAX_LENGTH:
+        return "column"
     if outer >= THREAD_MIN_ROWS and (strided or length <= THREAD_MAX_LENGTH):
         return "thread"
     if not strided and outer >= WARP_MIN_ROWS and length <= WARP_MAX_LENGTH:
         return "warp"
     return "block"
+
+
+def cluster_fit(k: Kernel, geo: Geometry) -> tuple[int, int, set[int]] | None:
+    """(blocks per row, elements per block, operands kept in shared memory) where the cluster
+    layout applies, else None. Kept: the float operands read along contiguous rows that differ
+    from row to row (a weight broadcast over the rows stays in L2 and is read from there)."""
+    if k.scan or not k.stages or len(geo.is_) != 1:
+        return None
+    # passes through memory a block per row makes (an online max + sum is one): one is the floor
+    passes = len(k.stages) - len(online_pairs(k)) + any(not k.operands[i].row for i, _ in k.stores)
+    reads = [i for i, op in enumerate(k.operands) if not op.row and not op.output]
+    kept = {i for i in reads if k.operands[i].ctype == "float" and geo.ist[i][0] == 1 and any(geo.ost[i])}
+    if passes < 2 or not kept or geo.L * len(reads) <= PERSIST_BLOCK:
+        return None
+    fits = []
+    for cl in (c for c in (1, 2, 4, 8) if c <= CLUSTER_MAX):
+        chunk = -(-geo.L // cl)
+        chunk = -(-chunk // VEC) * VEC
+        nbytes = chunk * 4 * len(kept)
+        if nbytes <= CLUSTER_SMEM and geo.O * cl >= CLUSTER_MIN_BLOCKS:
+            fits.append((nbytes > CLUSTER_PAIR, cl, chunk))
+    if not fits:
+        return None
+    _, cl, chunk = min(fits)  # two blocks an SM where some size allows it, then the fewest blocks a row
+    return cl, chunk, kept
 
 
 def pointers(u: Unit) -> list[str]:
@@ -111,12 +157,23 @@ def vector_load(i: int, dst: str) -> list[str]:
             f"}} else {{ {dst}0] = p{i}[b{i} + r0]; }}"]
 
 
+def smem_load(i: int) -> list[str]:
+    """Operand i's V elements from r0 out of this block's chunk in shared memory (xs{i}, from lo)."""
+    return [f"float xv{i}[V];", "if constexpr (V == 4) {",
+            f"  const float4 sv = *reinterpret_cast<const float4*>(xs{i} + (r0 - lo));",
+            f"  xv{i}[0] = sv.x; xv{i}[1] = sv.y; xv{i}[2] = sv.z; xv{i}[3] = sv.w;",
+            f"}} else {{ xv{i}[0] = xs{i}[r0 - lo]; }}"]
+
+
 def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: str,
-          around: tuple[list[str], list[str]] = ([], [])) -> list[str]:
+          around: tuple[list[str], list[str]] = ([], []), shared: frozenset[int] = frozenset()) -> list[str]:
     """`body` for the V elements from r0: vector loads before, vector stores after (V == VEC);
-    `around` is what comes before and after the V elements (a float partial sum)."""
+    `around` is what comes before and after the V elements (a float partial sum); `shared`:
+    operands read from shared memory (the cluster layout)."""
     it, out = u.it, []
-    for i in sorted(loads):
+    for i in sorted(shared):
+        out += smem_load(i)
+    for i in sorted(loads - shared):
         out += [f"float x{i}[V];"] + vector_load(i, f"x{i}[")
     out += [f"float y{i}[V];" for i in sorted(stores)]
     out += around[0] + ["#pragma unroll", "for (int j = 0; j < V; ++j) {", f"  const {it} r = r0 + j;"]
@@ -128,10 +185,10 @@ def lanes(u: Unit, body: list[str], loads: set[int], stores: set[int], indent: s
     return [indent + line for line in out]
 
 
-def used(u: Unit, targets: list[str]) -> set[int]:
-    """The vectorized operands the statements for `targets` read."""
+def used(u: Unit, targets: list[str], among: set[int] | None = None) -> set[int]:
+    """The vectorized operands (or those of `among`) the statements for `targets` read."""
     text = " ".join(s.expr for s in closure(u.k, targets))
-    return {i for i in u.vec if f"LOAD{i}" in text and not u.k.operands[i].output}
+    return {i for i in (u.vec if among is None else among) if f"LOAD{i}" in text and not u.k.operands[i].output}
 
 
 def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: str, nthr: str,
@@ -145,13 +202,21 @@ def loop(u: Unit, targets: list[str], tail: list[str], stores: set[int], tid: st
         out = ["  #pragma unroll", "  for (int q = 0; q < kP; ++q) {",
                f"    const {u.it} r0 = {tid} * V + q * {nthr} * V;", f"    if (r0 < {hi}) {{"]
         return out + lanes(u, body, used(u, targets) - u.cached, stores, "      ", around) + ["    }", "  }"]
-    unroll = "(UNROLL * 4)" if u.layout == "thread" else "UNROLL"  # a thread's row: more loads in flight
-    out = [f"  for ({u.it} c = {lo} + {tid} * V; c < {hi}; c += {nthr} * V * {unroll}) {{",
-           "    #pragma unroll", f"    for (int n = 0; n < {unroll}; ++n) {{",
-           f"      const {u.it} r0 = c + n * {nthr} * V;",
-           f"      if (r0 < {hi}) {{"]
-    out += lanes(u, body, used(u, targets), stores, "        ", around)
-    return out + ["      }", "    }", "  }"]
+    # a thread's (a column's) share of a row: scalar loads, so more of them in flight
+    unroll = "(UNROLL * 4)" if u.layout in ("thread", "column") else "UNROLL"
+    loads, step = used(u, targets), f"{nthr} * V"
+    # whole groups of `unroll` chunks with no bound checks (their loads issue together, none
+    # predicated), a float partial sum around each group; then the chunks left, one at a time
+    out = [f"  {u.it} c = {lo} + {tid} * V;",
+           f"  for (; c + ({unroll} - 1) * {step} < {hi}; c += {step} * {unroll}) {{"]
+    out += ["    " + line for line in around[0]]
+    out += ["    #pragma unroll", f"    for (int n = 0; n < {unroll}; ++n) {{",
+            f"      const {u.it} r0 = c + n * {step};"]
+    out += lanes(u, body, loads, stores, "      ")
+    out += ["    }"] + ["    " + line for line in around[1]] + ["  }"]
+    out += [f"  for (; c < {hi}; c += {step}) {{", f"    const {u.it} r0 = c;"]
+    out += lanes(u, body, loads, stores, "    ", around)
+    return ["  {"] + ["  " + line for line in out + ["  }"]] + ["  }"]
 
 
 def cache_rows(u: Unit, tid: str, nthr: str) -> list[str]:

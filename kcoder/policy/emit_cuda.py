@@ -11,13 +11,24 @@ Layouts, chosen from the static shape (`row_layout`):
   aligned (checked at call time; otherwise the scalar instance), UNROLL vectors per thread.
 - "warp": many short contiguous rows, a warp per row (THREADS/32 rows per block), shuffles only.
 - "block": a block per row; each stage a vectorized loop and a warp-shuffle block reduction.
-- "thread": many strided or tiny rows (a reduction over a dim that is not the innermost):
-  a thread per row, adjacent threads reading adjacent addresses.
+- "column": many strided rows (a reduction over a dim that is not the innermost, e.g. dim 1 of
+  [B, R, C]): 32 adjacent rows a block, a lane each, and the block's kY = THREADS/32 warps
+  splitting each row's elements (UNROLL * 4 loads in flight each), then the kY partials combined
+  through shared memory: every warp load is 32 adjacent addresses, and the work comes in blocks
+  short enough to balance over the SMs (a thread walking a whole 4096-element row did not).
+- "thread": many tiny rows (pooling windows, rows of at most 32, strided or not): a thread per
+  row, adjacent threads reading adjacent addresses where the rows are strided.
 - "split": few long rows: each row cut into chunks over gridDim.y, one launch per reduction
   stage (each block's partial, then the row's last block combines them, an atomic count saying
   which) and one launch for the full-size outputs, so a few rows still fill the GPU.
-Softmax-like max-then-sum(exp(x - max)) stage pairs run as one online pass (stages.py).
-Scans: a block per row chunk by chunk, or a thread per strided row (emit_cuda_scan.py).
+- "cluster": rows passed over more than once, too long for registers, many enough to fill the
+  GPU: each row over a cluster of up to 8 blocks holding it in shared memory, read from memory
+  once (cuda_cluster.py); the block-per-row kernel where such a cluster cannot be resident.
+Softmax-like max-then-sum(exp(x - max)) stage pairs run as one online pass (stages.py) where
+the row is read from memory for each pass; a row on chip (registers, shared memory) takes two
+plain passes, which cost fewer instructions.
+Scans: a warp per row for many long contiguous rows, else a block per row chunk by chunk, or a
+thread per strided row (emit_cuda_scan.py).
 TUNE: threads per block and the unroll factor, as -D flags on the CUDA unit only; a candidate
 declares only the knobs its kernels use (a persistent row reads registers: no UNROLL), so every
 point of its space is different code.
@@ -25,10 +36,11 @@ point of its space is different code.
 
 from __future__ import annotations
 
+from kcoder.policy.cuda_cluster import cluster_kernel, cluster_launch
 from kcoder.policy.cuda_device import HELPERS
 from kcoder.policy.cuda_kernels import pointwise_kernel, row_kernel, split_kernels
 from kcoder.policy.cuda_unit import SPLIT_MAX, Unit, row_layout
-from kcoder.policy.emit_cuda_scan import scan_kernel
+from kcoder.policy.emit_cuda_scan import scan_kernel, warp_scan_kernel
 from kcoder.policy.geometry import kernel_geometry
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
@@ -49,12 +61,15 @@ def launcher(u: Unit) -> list[str]:
         return lines + ["  return cudaSuccess;", "}"]
     grid = {"pointwise": f"(unsigned)(({u.g.O * u.g.L}LL + THREADS * V * UNROLL - 1) / (THREADS * V * UNROLL))",
             "block": f"{u.g.O}u", "warp": f"(unsigned)(({u.g.O}LL + THREADS / 32 - 1) / (THREADS / 32))",
-            "thread": f"(unsigned)(({u.g.O}LL + THREADS - 1) / THREADS)"}
+            "thread": f"(unsigned)(({u.g.O}LL + THREADS - 1) / THREADS)",
+            "column": f"(unsigned)(({u.g.O}LL + 31) / 32)"}
     variants = [4, 1] if u.vec else [1]
     for v in variants:
         cond = "  if (vec) {" if v == 4 else ("  } else {" if u.vec else "  {")
         lines.append(cond)
-        if lay == "split":
+        if lay == "cluster":
+            lines += cluster_launch(u, v, "    ")
+        elif lay == "split":
             phases = len(k.stages) + (1 if any(not k.operands[i].row for i, _ in k.stores) else 0)
             for ph in range(phases):
                 lines.append(f"    {k.name}_p{ph}<{v}><<<dim3({u.g.O}u, {k.name}_Y), THREADS, 0, stream>>>"
@@ -136,11 +151,13 @@ def render_cuda(plan: Plan, graph: Graph) -> tuple[str, str]:
     for u in units(plan, graph):
         cpp.append("\n".join(binding(u)) + "\n")
         if u.k.scan:
-            body = scan_kernel(u)
+            body = warp_scan_kernel(u) if u.layout == "warp" else scan_kernel(u)
         elif u.layout == "pointwise":
             body = pointwise_kernel(u)
         elif u.layout == "split":
             body = split_kernels(u)
+        elif u.layout == "cluster":  # with the block-per-row kernel, for a device it does not fit
+            body = row_kernel(Unit(u.k, u.g, "block")) + cluster_kernel(u)
         else:
             body = row_kernel(u)
         cuda.append("\n".join(body + launcher(u)) + "\n")

@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 FAMILIES = Path(__file__).parents[1] / "policy" / "problems"
 PROBLEMS = sorted((ROOT / "examples").glob("*/model.py")) + [
     FAMILIES / "pointwise.py", FAMILIES / "reductions.py", FAMILIES / "reduction_layouts.py",
-    FAMILIES / "linear_epilogue.py", FAMILIES / "pooling.py", FAMILIES / "scans.py"]
+    FAMILIES / "linear_epilogue.py", FAMILIES / "pooling.py", FAMILIES / "scans.py", FAMILIES / "long_rows.py",
+    FAMILIES / "scan_rows.py"]
 ALLOW = ["gemm", "conv"]
 
 

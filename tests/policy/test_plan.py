@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kcoder.policy.capture import CaptureError, capture_graph
-from kcoder.policy.emit_cuda import render_cuda, row_layout, tune_space
+from kcoder.policy.emit_cuda import render_cuda, row_layout, tune_space, units
 from kcoder.policy.graph import load_graph
 from kcoder.policy.plan import Unsupported, plan_graph
 from kcoder.policy.program import render_program
@@ -138,13 +138,17 @@ def test_cuda_source_for_each_family(graphs, tmp_path):
     """The CUDA target's text (no GPU here): launchers on the current stream, TUNE as -D flags,
     sizes and strides as literals checked by the binding; when nvcc is present, the torch-free
     CUDA unit compiles."""
-    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py", "scans.py"):
+    for problem in ("reductions.py", "pointwise.py", "reduction_layouts.py", "scans.py", "scan_rows.py"):
         graph = graphs(HERE / problem)
         plan = plan_graph(graph, [])
         cpp, cuda = render_cuda(plan, graph)
         assert "getCurrentCUDAStream" in cpp and "torch" not in cuda.lower()
         assert cpp.count("this kernel was generated for sizes") == len(plan.kernels)
         assert "KArgs" not in cuda and "a.L" not in cuda  # no run-time geometry left
+        if problem == "scan_rows.py":  # a warp per row; vectors through the transpose buffer
+            assert [row_layout(k) for k in plan.kernels] == ["warp"] * 5
+            assert cuda.count("__shared__ float kc_tb[THREADS / 32][528];") == 5
+            assert cuda.count("const float4 g = *reinterpret_cast<const float4*>(p") == 4  # not the odd rows
         source = render_program(plan, graph, "cuda", problem)
         assert 'extra_cuda_cflags=["-O3", *[f"-D{k}={v}" for k, v in CONFIG.items()]]' in source
         if shutil.which("nvcc"):
@@ -156,19 +160,23 @@ def test_cuda_source_for_each_family(graphs, tmp_path):
 
 
 def test_cuda_row_layouts_follow_the_shapes(graphs):
-    """Strided or tiny rows get a thread each, few long rows are split across blocks (one launch
-    per stage, with the scratch for their partials allocated in the binding), many short
-    contiguous rows a warp each, the rest a block per row; softmax's max and sum run as one
-    online pass over a row kept in registers, and contiguous float rows move as float4."""
+    """Strided rows get a column block (32 rows a block, its warps splitting each), tiny rows a
+    thread each, few long rows are split across blocks (one launch per stage, with the scratch
+    for their partials allocated in the binding), many short contiguous rows a warp each, the
+    rest a block per row; softmax's max and sum are two plain passes over a row kept in
+    registers, and contiguous float rows move as float4."""
     graph = graphs(HERE / "reduction_layouts.py")
     plan = plan_graph(graph, [])
     layouts = {k.describe(): row_layout(k) for k in plan.kernels}
     assert layouts == {
-        "row reduction (sum+argmax) over dims [1] of [64, 129, 300]": "thread",
+        "row reduction (sum+argmax) over dims [1] of [64, 129, 300]": "column",
         "row reduction (max) over dims [1] of [40000, 5]": "thread",
         "row reduction (sum) over dims [0, 1] of [3, 40001]": "split",
         "row reduction (max) over dims [0] of [70001]": "split"}
     cpp, cuda = render_cuda(plan, graph)
+    # strided rows (a middle dim): a column block, partials combined in shared memory
+    (middle,) = [u for u in units(plan, graph) if u.layout == "column"]
+    assert "kc_column_reduce<C_sum>(a0, sh)" in cuda_of(middle) and "if (live && ty == 0) {" in cuda_of(middle)
     assert cpp.count("auto count = torch::zeros(") == 2 and cuda.count("atomicAdd(&count[o * 1 + 0], 1u)") == 2
     assert "f1 = C_argmax::c(f1, AccF{" in cuda  # a float argmax compares in float, a float sum adds V in float
     assert "a0.v += (double)q0;" in cuda
@@ -177,10 +185,43 @@ def test_cuda_row_layouts_follow_the_shapes(graphs):
     softmax = plan_graph(graph, [])
     assert [row_layout(k) for k in softmax.kernels] == ["block"]
     cpp, cuda = render_cuda(softmax, graph)
-    assert "kc_block_reduce<C_lse>" in cuda and "kc_block_reduce<C_max>" not in cuda
+    # 4096-element rows kept in registers: x is read once, the max and the sum of exp are two
+    # plain passes over the registers (no online update), and UNROLL would change nothing
+    assert "kc_block_reduce<C_max>" in cuda and "kc_block_reduce<C_lse>" not in cuda
     assert "reinterpret_cast<const float4*>" in cuda and "reinterpret_cast<float4*>" in cuda
-    # 4096-element rows kept in registers: x is read once, and UNROLL would change nothing
-    assert cuda.count("xc0[q * V + j]") == 2 and tune_space(cuda) == {"THREADS": [128, 256, 512]}
+    assert cuda.count("xc0[q * V + j]") == 3 and tune_space(cuda) == {"THREADS": [128, 256, 512]}
+
+
+def cuda_of(u) -> str:
+    from kcoder.policy.cuda_kernels import row_kernel
+
+    return "\n".join(row_kernel(u))
+
+
+def test_cuda_long_rows_live_in_a_clusters_shared_memory(graphs, tmp_path):
+    """Rows too long for registers and passed over twice (a softmax over 40000 columns): each
+    row over a cluster of blocks holding it in shared memory (read from memory once), partials
+    combined over the cluster, a block-per-row kernel where the cluster cannot be resident."""
+    path = _module(tmp_path, "long_softmax", [], "torch.softmax(x0, dim=1)", [(300, 40000)])
+    graph = graphs(path)
+    plan = plan_graph(graph, [])
+    (u,) = units(plan, graph)
+    assert (u.layout, u.cl, u.chunk, u.smem) == ("cluster", 2, 20000, {0})  # 80 KB a block: two an SM
+    cpp, cuda = render_cuda(plan, graph)
+    assert "KC_CLUSTER_DIMS(2)" in cuda and "kc_cluster_reduce<C_max, 2>" in cuda
+    assert "kc_cluster_reduce<C_sum, 2>" in cuda
+    assert "if (fits) k0_cluster<4><<<600u, 512, 80000, stream>>>(a);" in cuda
+    assert "else k0_kernel<4><<<300u, THREADS, 0, stream>>>(a);" in cuda
+    kernel = cuda[cuda.index("k0_cluster(const KPtrs a)"):cuda.index("cudaError_t launch_k0")]
+    assert kernel.count("p0 + b0 + r0") == 1 and kernel.count("p0[b0 + r0]") == 1  # x read once: the fill
+    assert "kc_block_reduce<C_lse>" not in kernel  # the row on chip: plain passes (the fallback's is online)
+    if shutil.which("nvcc"):
+        unit = tmp_path / "long_softmax.cu"
+        unit.write_text("#define THREADS 256\n#define UNROLL 2\n" + cuda)
+        done = subprocess.run(["nvcc", "-std=c++17", "-gencode=arch=compute_80,code=sm_80",
+                               "-gencode=arch=compute_90,code=sm_90", "-c", str(unit), "-o", str(unit) + ".o"],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_cuda_geometry_from_forward_on_meta(graphs):
