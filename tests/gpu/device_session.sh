@@ -464,7 +464,7 @@ fair() {
 #       (--allow gemm,conv; EACH_S seconds at most) with its JSON under $OUT, and the judge's table last.
 measure() {
   export PATH="$PWD/.whl/bin:$PATH"
-  prebuild_pairs "$PAIRS" measure_prebuild.log "${BUILD_S:-200}"
+  prebuild_pairs "${BUILD_PAIRS:-$PAIRS}" measure_prebuild.log "${BUILD_S:-200}"
   [ -n "${TESTS:-}" ] && timeout "${TESTS_S:-200}" python3 -m pytest -m gpu -q -s $TESTS 2>&1 | tee "$out/measure_tests.log" \
     | grep -E "FAIR|RANGE|HANDOFF|passed|failed|Error|assert" | cut -c1-300 | head -20
   while read -r problem candidate; do
