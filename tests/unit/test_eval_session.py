@@ -78,3 +78,19 @@ def test_new_settings_start_a_new_reference_process(write_candidate, started):
         assert session.references_started == 2
     assert a.correct and b.correct
     assert len([p for name, p in started if name == "reference"]) == 2
+
+
+def test_tune_points_share_one_reference_process(tmp_path, started):
+    from sources import tunable_candidate
+
+    from kcoder.tune.engine import TuneOptions, tune
+
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(tunable_candidate())
+    topts = TuneOptions(strategy="exhaustive", jobs=1, use_cache=False, plain_check=False, resources=False)
+    result = tune(PROBLEMS / "scale_add.py", candidate, fast_options(), topts, tmp_path / "out")
+    judged = [p for p in result.points if p.status != "constraint"]
+    assert sorted(p.status for p in judged) == ["incorrect", "incorrect", "ok", "ok"]
+    assert all(p.config["KERNEL"] == "relu" for p in judged if p.status == "ok")
+    assert len([p for name, p in started if name == "reference"]) == 1  # for every point
+    assert len({p for name, p in started if name == "candidate"}) >= 4
