@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kcoder.devicelock import trace_event
 from kcoder.evaluate.judge import Judge
@@ -25,14 +25,17 @@ from kcoder.problem import ProblemError, check_candidate_file, load_problem
 from kcoder.redact import redact_data
 from kcoder.verdict import Verdict
 
-if TYPE_CHECKING:
-    from kcoder.evaluate.session import EvalSession
-
 MAX_NOTES = 40
 
 
+class Session(Protocol):
+    """What `evaluate` asks of a session (session.EvalSession): judge one more candidate."""
+
+    def judge(self, candidate: Path, options: EvalOptions, verdict: Verdict, mode: str) -> None: ...
+
+
 def evaluate(problem_path: str | Path, candidate_path: str | Path,
-             options: EvalOptions | None = None, session: EvalSession | None = None) -> Verdict:
+             options: EvalOptions | None = None, session: Session | None = None) -> Verdict:
     """Evaluate a candidate file against a problem file. Raises ProblemError for a bad problem
     file (or a missing candidate file) and ValueError for bad options; every failure of the
     candidate is a Verdict. `session` (session.py, for `problem_path`'s problem): its reference

@@ -24,13 +24,13 @@ a problem error or a dead reference process, the next candidate starts a fresh o
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.runner import evaluate, run_judge
 from kcoder.evaluate.spawn import Children
 from kcoder.problem import load_problem
 from kcoder.verdict import Verdict
@@ -65,22 +65,16 @@ class EvalSession:
 
     def evaluate(self, candidate_path: str | Path, options: EvalOptions | None = None) -> Verdict:
         """`kcoder.evaluate.evaluate` of a candidate of this session's problem."""
-        from kcoder.evaluate.runner import evaluate
-
         return evaluate(self.problem, candidate_path, options or self.options, session=self)
 
     def evaluator(self, problem: Path, candidate: Path, options: EvalOptions) -> Verdict:
         """tune's Evaluator: this session for its problem, a plain evaluation for another."""
-        from kcoder.evaluate.runner import evaluate
-
         if Path(problem).resolve() != self.problem:
             return evaluate(problem, candidate, options)
         return self.evaluate(candidate, options)
 
     def judge(self, candidate: Path, options: EvalOptions, verdict: Verdict, mode: str) -> None:
         """The judge's stages for `candidate` (called by runner.evaluate after its static checks)."""
-        from kcoder.evaluate.runner import run_judge
-
         if options.stop_after == "compile" or options.confine_problem:
             # no reference process to keep (compile-only), or none that may be kept
             with tempfile.TemporaryDirectory(prefix="kcoder-eval-") as work:

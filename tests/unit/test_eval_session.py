@@ -12,6 +12,8 @@ from kcoder.evaluate import basecache, evaluate
 from kcoder.evaluate.session import EvalSession
 from kcoder.evaluate.spawn import Children
 
+pytestmark = pytest.mark.slow  # judged evaluations (the build is the suite's TESTLIB one, cached)
+
 GOOD = candidate_source("return _ext.scale_add_relu(x, y, self.scale)")
 WRONG = candidate_source("return _ext.no_relu(x, y, self.scale)")
 REFERENCE_START = ("reference_process_start", "reference_torch_import", "reference_problem_load",
