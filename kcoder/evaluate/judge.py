@@ -80,11 +80,8 @@ class Judge:
         v, opts = self.verdict, self.options
         compile_only = opts.stop_after == "compile"  # host work only: no reference process, no ModelNew
         self.cand = self.start_candidate()  # it builds while the judge waits for the device
-        spawned = time.time()
-        self.ref = None if compile_only else self.children.start_reference()  # and the problem loads
-        info = {} if compile_only else self.ask_reference(None, "problem")
-        if not compile_only:
-            self.stages.reference_started(spawned, info)
+        self.ref = None
+        info = {} if compile_only else self.open_reference(time.time())  # and the problem loads
         v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
         v.notes.extend(info.get("notes", []))
         v.reference_peak_mb = _round(info.get("reference_peak_mb"))
@@ -103,6 +100,23 @@ class Judge:
             v.reason, v.reward = "correct (not timed)", 1
             return
         self.time_all()
+
+    def open_reference(self, spawned: float) -> dict[str, Any]:
+        """The reference process and its start-up reply: started now (`spawned`: the wall clock
+        before), or a session's (session.py), kept from an earlier candidate and reset for this
+        one: its inputs, model, compiled baseline and start-up reply are reused."""
+        children = self.children
+        if children.keep is not None and children.ref_info is not None and children.reference_alive():
+            self.ref = children.reuse_reference()
+            self.ask_reference(None, "reset", op="reset", init_path=str(children.handoff / "init.pt"),
+                               weights_path=str(children.handoff / "weights.pt"))
+            return dict(children.ref_info)
+        self.ref = children.start_reference()
+        info = self.ask_reference(None, "problem")
+        self.stages.reference_started(spawned, info)
+        if children.keep is not None:
+            children.ref_info = info
+        return info
 
     def start_candidate(self) -> Peer:
         """A candidate process; the judge's side of its start (copies, sandbox, spawn) is timed."""

@@ -78,14 +78,25 @@ class ReferenceServer:
         except Exception as exc:
             raise self._fault(exc) from None
         try:
-            _save_new(torch, list(init), self.job["init_path"])
+            self._hand_over(list(init), "init")
         except UnsafeFile:
             raise
         except Exception as exc:
             raise ProblemFault(f"get_init_inputs() must return plain values (numbers, lists, tensors): "
                                f"{first_line(exc)}") from None
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        _save_new(torch, state, self.job["weights_path"])
+        self._hand_over(state, "weights")
+
+    def _hand_over(self, value: Any, name: str) -> None:
+        """Save the constructor arguments or weights for the candidate; a session's reference
+        (`keep_dir`) first saves them in a folder of the judge's, which no candidate can reach,
+        for the next candidates (op_reset): as they were before any forward pass."""
+        keep = self.job.get("keep_dir")
+        if not keep:
+            _save_new(self.torch, value, self.job[f"{name}_path"])
+            return
+        _save_new(self.torch, value, str(Path(keep) / f"{name}.pt"))
+        _copy_whole(Path(keep) / f"{name}.pt", self.job[f"{name}_path"])
 
     def _fault(self, exc: BaseException) -> ProblemFault:
         where, _ = file_traceback(exc, str(self.problem_path))
@@ -216,6 +227,25 @@ class ReferenceServer:
             notes.append("degenerate problem: an all-zeros answer is within tolerance of the reference")
         return {"notes": notes}
 
+    def op_reset(self, init_path: str, weights_path: str) -> dict[str, Any]:
+        """A session's next candidate (session.py): nothing of the last evaluation's checks is
+        kept (fingerprints, peak memory, descriptors left unread), and the constructor
+        arguments and weights are handed over again into that candidate's hand-off folder."""
+        keep = self.job.get("keep_dir")
+        if not keep:
+            raise RuntimeError("this reference process keeps no hand-off files (not a session's)")
+        self.fingerprints.clear()
+        if self.share is not None:
+            from kcoder.evaluate.handoff import drain
+
+            drain(self.share)
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+        _copy_whole(Path(keep) / "init.pt", init_path)
+        _copy_whole(Path(keep) / "weights.pt", weights_path)
+        return {"reset": True}
+
     def op_peak(self) -> dict[str, Any]:
         """Peak device memory of this process, without the baselines' fixed L2-flush buffer."""
         if self.device != "cuda":
@@ -263,6 +293,14 @@ def _save_new(torch: Any, value: Any, path: str) -> None:
     followed. kcoder's hand-off folder is not the candidate's to write; this holds anyway."""
     with writing_whole(path) as fh:
         torch.save(value, fh)
+
+
+def _copy_whole(source: Path, path: str) -> None:
+    """Copy a kept hand-off file to `path`, written whole (no link there followed)."""
+    import shutil
+
+    with open_plain(source) as src, writing_whole(path) as fh:
+        shutil.copyfileobj(src, fh, 2**22)
 
 
 def _nbytes(values: list[Any]) -> int:

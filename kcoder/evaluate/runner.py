@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Protocol
 
 from kcoder.devicelock import trace_event
 from kcoder.evaluate.judge import Judge
@@ -27,11 +28,18 @@ from kcoder.verdict import Verdict
 MAX_NOTES = 40
 
 
+class Session(Protocol):
+    """What `evaluate` asks of a session (session.EvalSession): judge one more candidate."""
+
+    def judge(self, candidate: Path, options: EvalOptions, verdict: Verdict, mode: str) -> None: ...
+
+
 def evaluate(problem_path: str | Path, candidate_path: str | Path,
-             options: EvalOptions | None = None) -> Verdict:
+             options: EvalOptions | None = None, session: Session | None = None) -> Verdict:
     """Evaluate a candidate file against a problem file. Raises ProblemError for a bad problem
     file (or a missing candidate file) and ValueError for bad options; every failure of the
-    candidate is a Verdict."""
+    candidate is a Verdict. `session` (session.py, for `problem_path`'s problem): its reference
+    process, kept from an earlier candidate, judges this one too."""
     started = time.perf_counter()
     options = options or EvalOptions()
     options.validate()
@@ -53,15 +61,23 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
     verdict.sandbox = mode
     if note:
         verdict.notes.append(note)
-    with tempfile.TemporaryDirectory(prefix="kcoder-eval-") as work:
-        children = Children(problem.path, candidate_path, options, Path(work), mode)
-        try:
-            Judge(problem.path, candidate_path, options, verdict, children).run()
-            _trace_timing(verdict, children)
-        finally:
-            children.close()  # gives the device back
+    if session is not None:
+        session.judge(candidate_path, options, verdict, mode)
+    else:
+        with tempfile.TemporaryDirectory(prefix="kcoder-eval-") as work:
+            children = Children(problem.path, candidate_path, options, Path(work), mode)
+            try:
+                run_judge(problem.path, candidate_path, options, verdict, children)
+            finally:
+                children.close()  # gives the device back
     verdict.seconds["total"] = round(time.perf_counter() - started, 3)
     return finish(verdict)
+
+
+def run_judge(problem: Path, candidate: Path, options: EvalOptions, verdict: Verdict, children: Children) -> None:
+    """The judge's stages for one candidate with `children` (its processes stopped after)."""
+    Judge(problem, candidate, options, verdict, children).run()
+    _trace_timing(verdict, children)
 
 
 def _trace_timing(verdict: Verdict, children: Children) -> None:

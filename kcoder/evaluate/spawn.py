@@ -54,8 +54,28 @@ class Children:
     def __init__(self, problem: Path, candidate: Path | None, options: EvalOptions, work: Path,
                  sandbox: str) -> None:
         """`candidate` None: only the reference process is ever started (baseline.py)."""
-        self.options, self.work, self.sandbox = options, work, sandbox
-        self.box = Box.create(work)
+        self.work, self.sandbox, self.problem = work, sandbox, problem
+        self.ref_proc: subprocess.Popen | None = None
+        self.cand_proc: subprocess.Popen | None = None
+        self.watched = 0.0
+        self.turn = DeviceTurn(options.device, f"evaluate {options.stop_after}", options.on_stage)
+        self.ref_box: Box | None = None  # the problem's own box (confine_problem)
+        # Unix sockets to each process: outputs' descriptors travel candidate -> judge -> reference (handoff.py)
+        self.ref_share: socket.socket | None = None
+        self.cand_share: socket.socket | None = None
+        # A session's (session.py): the reference's channel and start-up reply, kept for the next
+        # candidate; `keep` a folder of the judge's where the reference keeps its hand-off files.
+        self.ref_peer: Peer | None = None
+        self.ref_info: dict | None = None
+        self.keep: Path | None = None
+        self.candidates = 0
+        self._set_candidate(candidate, options, work)
+
+    def _set_candidate(self, candidate: Path | None, options: EvalOptions, folder: Path) -> None:
+        """A candidate's own things under `folder`: its box, hand-off folder and build service."""
+        problem = self.problem
+        self.options, self.candidate = options, candidate
+        self.box = Box.create(folder)
         self.box.exchange = _shared_memory_folder()  # bound into the sandbox from the start
         # The candidate runs from copies in its box: its cwd is never the user's folder and no
         # bytecode lands beside the user's files.
@@ -63,24 +83,49 @@ class Children:
         self.candidate_copy = self.box.root / (candidate or problem).name
         if self.problem_copy == self.candidate_copy:
             self.candidate_copy = self.box.root / f"candidate_{(candidate or problem).name}"
-        self.problem, self.candidate = problem, candidate
-        self.ref_proc: subprocess.Popen | None = None
-        self.cand_proc: subprocess.Popen | None = None
         self.host_limit = options.host_memory_bytes()
-        self.watched = 0.0
         self.progress = StageReporter(options.on_stage)
-        self.turn = DeviceTurn(options.device, f"evaluate {options.stop_after}", options.on_stage)
-        self.ref_box: Box | None = None  # the problem's own box (confine_problem)
+        self.turn.on_wait = options.on_stage
         # What kcoder hands the candidate (its job, the weights and constructor arguments the
         # reference process writes): a folder outside the box, read-only in the sandbox, so no
         # link the candidate plants can redirect a write of kcoder's unconfined processes.
-        self.handoff = work / "handoff"
+        self.handoff = folder / "handoff"
         self.handoff.mkdir(mode=0o755)
-        self.builds = BuildService(work, self.box.root / "requests", sandbox) if candidate else None
+        self.builds = BuildService(folder, self.box.root / "requests", self.sandbox) if candidate else None
         self.own_builds = private_build_root(candidate) if candidate else None
-        # Unix sockets to each process: outputs' descriptors travel candidate -> judge -> reference (handoff.py)
-        self.ref_share: socket.socket | None = None
-        self.cand_share: socket.socket | None = None
+
+    def next_candidate(self, candidate: Path, options: EvalOptions) -> None:
+        """A session's next candidate: everything of the last one's ended (its processes, box,
+        builders; the device given back), a fresh box and hand-off folder; the reference process
+        stays (it never loaded candidate code). Its reset (`reference.op_reset`) is the judge's."""
+        self.end_candidate()
+        for folder in (self.box.root, self.handoff):  # the last candidate's files go too
+            shutil.rmtree(folder, ignore_errors=True)
+        self.candidates += 1
+        self._set_candidate(candidate, options, self.work / f"candidate{self.candidates}")
+
+    def reuse_reference(self) -> Peer:
+        """The kept reference process's channel, the device claimed for this candidate."""
+        assert self.ref_peer is not None and self.ref_proc is not None
+        self.turn.claim()
+        trace_event("reuse", process="reference", what=self.turn.what, held=self.turn.held)
+        self.ref_peer.notify = self.progress.reference_message
+        return self.ref_peer
+
+    def reference_alive(self) -> bool:
+        return self.ref_proc is not None and self.ref_proc.poll() is None and self.ref_peer is not None
+
+    def end_candidate(self) -> None:
+        """End the candidate's processes and builders, drop its shared-memory folder and give
+        the device back; the reference process stays."""
+        try:
+            self.stop_candidate()
+            if self.builds is not None:
+                self.builds.stop()
+            if self.box.exchange is not None:
+                shutil.rmtree(self.box.exchange, ignore_errors=True)
+        finally:
+            self.turn.release()
 
     def use_shared_memory(self, output_bytes: float) -> bool:
         """Outputs travel through /dev/shm when it has room for two of them: at real sizes a
@@ -92,7 +137,8 @@ class Children:
     def _job(self, name: str, problem: Path, candidate: Path | None, share_fd: int | None = None) -> Path:
         job = {"problem": str(problem), "candidate": str(candidate) if candidate else None,
                "options": self.options.to_dict(), "init_path": str(self.handoff / "init.pt"),
-               "weights_path": str(self.handoff / "weights.pt"), "handoff_fd": share_fd}
+               "weights_path": str(self.handoff / "weights.pt"), "handoff_fd": share_fd,
+               "keep_dir": str(self.keep) if self.keep and not candidate else None}
         path = (self.handoff if candidate else self.work) / f"{name}.json"
         replace_file(path, json.dumps(job).encode())
         return path
@@ -130,7 +176,8 @@ class Children:
         limits = Limits({"import": opts.problem_timeout_s, "compile": opts.problem_timeout_s,
                          "init": opts.problem_timeout_s}, opts.problem_timeout_s)
         self.progress.reference_started()
-        return Peer(self.ref_proc, limits, lambda: None, notify=self.progress.reference_message)
+        self.ref_peer = Peer(self.ref_proc, limits, lambda: None, notify=self.progress.reference_message)
+        return self.ref_peer
 
     def start_candidate(self) -> Peer:
         assert self.candidate is not None, "a reference-only evaluation starts no candidate"
@@ -219,15 +266,12 @@ class Children:
                 _close_pipes(self.ref_proc)
                 kill_group(self.ref_proc)
                 self.ref_proc = None
+            self.ref_peer = self.ref_info = None
             self.ref_share = _close_socket(self.ref_share)
             if self.ref_box is not None:
                 kill_all(self.ref_box.marker)
-            if self.builds is not None:
-                self.builds.stop()
-            if self.box.exchange is not None:
-                shutil.rmtree(self.box.exchange, ignore_errors=True)
         finally:
-            self.turn.release()  # nothing of this evaluation runs on the device any more
+            self.end_candidate()  # nothing of this evaluation runs on the device any more
 
     def _compile_only_env(self) -> dict[str, str]:
         """A compile-only start on cuda: no GPU visible (host work only), and the arch the timed

@@ -17,15 +17,16 @@ import time
 from collections import defaultdict
 from typing import Any
 
-ORDER = ("sandbox", "reference_process_start", "reference_torch_import", "reference_problem_load",
-         "reference_first_call", "candidate_process_start", "candidate_torch_import", "candidate_compile",
-         "candidate_import", "wait_for_reference", "candidate_init", "build", "verify_calls", "reference_outputs",
-         "verify",
+ORDER = ("sandbox", "reference_reset", "reference_process_start", "reference_torch_import",
+         "reference_problem_load", "reference_first_call", "candidate_process_start", "candidate_torch_import",
+         "candidate_compile", "candidate_import", "wait_for_reference", "candidate_init", "build", "verify_calls",
+         "reference_outputs", "verify",
          "baselines", "baselines_eager", "baselines_compile", "baselines_cached", "sol", "candidate_restart",
          "candidate_timing", "audits", "cross_checks", "timing", "total")
 
 # (process, operation) -> stage; a pair not listed is named by the judge's stage.
 _REQUESTS = {("reference", "baselines"): "baselines", ("reference", "sol"): "sol",
+             ("reference", "reset"): "reference_reset",
              ("reference", "peak"): "cross_checks", ("reference", "notes"): "reference_outputs",
              ("candidate", "warmup"): "candidate_timing", ("candidate", "time"): "candidate_timing",
              ("candidate", "save_last"): "audits", ("candidate", "batch"): "cross_checks",

@@ -16,10 +16,11 @@ ptxas with no GPU either; every step that runs on the device holds the device's 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -177,7 +178,7 @@ class Search:
         jobs = self.topts.build_jobs()
         self.listen("start", {"size": self.space.size, "strategy": self.strategy.name, "jobs": jobs,
                               "trials": self.topts.trials, "time_s": self.topts.time_s})
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        with self.session(), ThreadPoolExecutor(max_workers=jobs) as pool:
             while not self.stopped:
                 if self.out_of_time():
                     self.stopped = "time budget"
@@ -185,6 +186,23 @@ class Search:
                 batch = self.next_batch(jobs)
                 if batch:
                     self.judge_batch(batch, pool if jobs > 1 else None)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """kcoder's judge keeps the problem's reference process across the points it times
+        (evaluate/session.py): a point costs its own start, verification and timing. An injected
+        evaluator is used as it is."""
+        if self.evaluate is not judge:
+            yield
+            return
+        from kcoder.evaluate.session import EvalSession
+
+        with EvalSession(self.problem) as session:
+            self.evaluate = session.evaluator  # builds ahead (compile only) stay plain evaluations
+            try:
+                yield
+            finally:
+                self.evaluate = judge
 
     def next_batch(self, size: int) -> list[Config]:
         """Up to `size` new points to judge; refused, repeated and cached points are settled
