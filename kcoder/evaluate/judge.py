@@ -22,6 +22,7 @@ from typing import Any
 
 from kcoder.evaluate.basetimer import Baselines
 from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
+from kcoder.evaluate.judgenotes import VerdictNotes
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sol import record_sol
 from kcoder.evaluate.spawn import Children
@@ -53,8 +54,7 @@ class Judge:
         self.stages = StageClock()  # where the seconds go (verdict.seconds)
         self.spawned = 0.0  # wall clock just before the candidate's latest start
         self.output_bytes = 0  # one reference output's bytes (the bound on a shared output's)
-        self.float64_accepted = 0  # checked outputs the float64 rule accepted (compare64.py)
-        self.float64_note, self.float64_first = 0, ""  # the verdict's note about them; the first one
+        self.notes = VerdictNotes(verdict)  # notes that say what the checks saw (judgenotes.py)
 
     def seed(self) -> int:
         return self.rng.randrange(1, 2**31)
@@ -70,8 +70,7 @@ class Judge:
             self.stages.into(self.verdict.seconds)
 
     def stop_candidate(self) -> None:
-        """End the candidate's processes; a healthy one with kcoder's background build jobs
-        (the precompiled header's first build) may finish them first."""
+        """End the candidate's processes (a healthy one may first finish kcoder's background builds)."""
         healthy = self.background_jobs > 0 and not self.broken
         self.children.stop_candidate(self.cand if healthy else None)
         self.background_jobs = 0
@@ -84,9 +83,8 @@ class Judge:
         info = {} if compile_only else self.open_reference(time.time())  # and the problem loads
         v.torch_version, v.device_name = info.get("torch_version", ""), info.get("device_name", "")
         v.notes.extend(info.get("notes", []))
-        v.reference_peak_mb = _round(info.get("reference_peak_mb"))
-        v.footprint_mb = _round(info.get("footprint_mb"))
-        # Outputs travel through files: at real sizes, checks during timing are rationed.
+        v.reference_peak_mb, v.footprint_mb = _round(info.get("reference_peak_mb")), _round(info.get("footprint_mb"))
+        # Every checked output makes a trip between the processes: at real sizes, checks during timing are rationed.
         output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
         self.output_bytes = int(output_mb * 2**20) + 1
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
@@ -166,7 +164,7 @@ class Judge:
         `perturbed` batch calls), judged by the reference process."""
         if stage == "timing":
             if self.timing_checks_left <= 0:
-                self._note_rationed()
+                self.notes.rationed(TIMING_CHECK_BUDGET_MB)
                 return
             self.timing_checks_left -= 1
         seed = self.last_seed if save_last else self.seed()
@@ -212,7 +210,7 @@ class Judge:
         """Fail on the reference process's finding; keep the error statistics otherwise."""
         if result.get("ok"):
             record_errors(self.verdict, result.get("stats") or {})
-            self._note_rule(str(result.get("rule") or ""), label)
+            self.notes.rule(str(result.get("rule") or ""), label)
             return
         if "mismatch" not in result:
             self.fail(stage, str(result.get("reason", f"{label}: wrong answer")))
@@ -248,8 +246,7 @@ class Judge:
         v.seconds["timing"] = round(time.perf_counter() - started, 3)
 
     def share_s(self) -> float:
-        """Measured seconds per implementation: the timing budget split between the candidate
-        and the baselines (in halves before and after the candidate's rounds)."""
+        """Measured seconds per implementation: the timing budget split among the candidate and the baselines."""
         return self.options.timing_budget_s / (3 if self.options.compile_baseline else 2)
 
     def candidate_rounds(self, deadline: float) -> list[float]:
@@ -263,7 +260,7 @@ class Judge:
             self.last_seed = self.seed()
             reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed, expect="us")
             times.append(time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
-            self._note_carveout(reply.get("l2_carveout"))
+            self.notes.carveout(reply.get("l2_carveout"))
             if r == 0:
                 checks, audits = self.plan_checks(times[0])
             # The rounds to check were drawn at random: every call must be right.
@@ -289,34 +286,6 @@ class Judge:
         share = min(MAX_CHECKS, max(1, expected // opts.audit_every))
         checks = {0, *self.rng.sample(range(expected), share)}
         return checks, set(self.rng.sample(range(expected), share))
-    def _note_rule(self, rule: str, label: str) -> None:
-        """Say which rule accepted an output when the float32 tolerance alone did not: the
-        first such output's figures, and how many there were."""
-        if not rule:
-            return
-        notes = self.verdict.notes
-        if not self.float64_accepted:
-            self.float64_first = f"{label}: {rule}"
-            notes.append("")
-            self.float64_note = len(notes) - 1
-        self.float64_accepted += 1
-        n = self.float64_accepted
-        notes[self.float64_note] = (f"tolerance: the float64 rule accepted {n} checked output{'s' if n > 1 else ''} "
-                                    f"that the float32 tolerance refused; first {self.float64_first}")[:900]
-
-    def _note_rationed(self) -> None:
-        note = (f"outputs are large: during timing only some outputs were checked "
-                f"(a budget of {TIMING_CHECK_BUDGET_MB / 1024:.0f} GiB of checked outputs)")
-        if note not in self.verdict.notes:
-            self.verdict.notes.append(note)
-
-    def _note_carveout(self, carveout: Any) -> None:
-        # A library may set one by itself (cuDNN does): information, never held against the
-        # candidate; the reset gives every timed call, eager's alike, a plain L2.
-        note = ("persisting-L2 carve-out found set before a timed call (by the candidate or a library it "
-                "calls); it was reset before every timed call, as before eager's, and is not held against it")
-        if isinstance(carveout, int) and carveout > 0 and note not in self.verdict.notes:
-            self.verdict.notes.append(note)
 
     def outer_clock_check(self, claimed_us: float, deadline: float) -> None:
         """The judge's own clock over back-to-back batches, like for like (crosscheck.py)."""
@@ -342,12 +311,11 @@ class Judge:
             self.fail("timing", failure)
 
     def record_peak(self, deadline: float) -> None:
-        if self.options.device != "cuda":
-            return
-        reply = self.ask_candidate(_left(deadline), "timing", op="peak", expect="peak_mb")
-        cand = time_value(reply.get("peak_mb"), allow_zero=True)
-        ref = self.ask_reference(_left(deadline), "timing", op="peak").get("peak_mb", 0.0)
-        self.verdict.peak_memory_mb = _round((cand or 0.0) + float(ref))
+        if self.options.device == "cuda":
+            cand = time_value(self.ask_candidate(_left(deadline), "timing", op="peak", expect="peak_mb").get("peak_mb"),
+                              allow_zero=True)
+            ref = self.ask_reference(_left(deadline), "timing", op="peak").get("peak_mb", 0.0)
+            self.verdict.peak_memory_mb = _round((cand or 0.0) + float(ref))
 
     # --- talking to the children --------------------------------------------------------------
     def ask_reference(self, limit_s: float | None, stage: str, **request: Any) -> dict[str, Any]:

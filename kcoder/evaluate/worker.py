@@ -339,24 +339,21 @@ class CandidateServer:
 
 def _inputs_only(problem: Any) -> Any:
     """The problem module without its Model: this process can make inputs, not answers."""
-    for name in ("Model",):
-        if hasattr(problem, name):
-            delattr(problem, name)
+    if hasattr(problem, "Model"):
+        delattr(problem, "Model")
     return problem
+
+
+# What an exception's message says of its cause (first match), for the verdict's reason.
+ILLEGAL = "illegal memory access in a CUDA kernel"
+EXCEPTION_KINDS = (("out of memory", "CUDA out of memory"), ("illegal memory access", ILLEGAL),
+                   ("illegal address", ILLEGAL), ("cuda error", "CUDA error"), ("acceleratorerror", "CUDA error"))
 
 
 def _describe_exception(exc: BaseException, candidate: str) -> tuple[str, str]:
     where, text = file_traceback(exc, candidate)
     message = first_line(exc)
-    lowered = message.lower()
-    if "out of memory" in lowered:
-        kind = "CUDA out of memory"
-    elif "illegal memory access" in lowered or "illegal address" in lowered:
-        kind = "illegal memory access in a CUDA kernel"
-    elif "cuda error" in lowered or "acceleratorerror" in lowered:
-        kind = "CUDA error"
-    else:
-        kind = "the candidate raised"
+    kind = next((kind for key, kind in EXCEPTION_KINDS if key in message.lower()), "the candidate raised")
     return f"{kind}{where}: {message}", text
 
 

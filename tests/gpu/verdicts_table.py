@@ -10,7 +10,8 @@ def row(path: str) -> str:
         v = json.load(open(path))
     except Exception as exc:  # a run cut short: say so, keep going
         return f"{path}: unreadable ({exc})"
-    kernel = next((m.group(1) for n in v.get("notes", []) if (m := re.search(r"kernel time per call ([\d.]+)", n))), "-")
+    found = (re.search(r"kernels? ([\d.]+) us/call|kernel time per call ([\d.]+)", n) for n in v.get("notes", []))
+    kernel = next((m.group(1) or m.group(2) for m in found if m), "-")
     s = v.get("seconds", {})
     fig = lambda k: "-" if v.get(k) is None else f"{v[k]:.1f}"  # noqa: E731
     ratio = lambda k: "-" if v.get(k) is None else f"{v[k]:.3f}"  # noqa: E731
