@@ -81,13 +81,27 @@ def verified(data: Any) -> dict[str, Any] | None:
     return body if hmac.compare_digest(expected, data[MAC_FIELD]) else None
 
 
-def _open_in(path: Path, flags: int, mode: int = 0o644) -> int:
-    """Open `path` relative to its folder, following a link at neither (O_NOFOLLOW on both)."""
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _open_folder(path: Path) -> int:
+    """A descriptor of `path`'s folder, opened without following a link in its place."""
     try:
-        return os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
+        return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafeFile(f"{path.parent}: {exc.strerror or exc} (a link where a folder should be?)") from None
+
+
+def _open_at(folder: int, path: Path, name: str, flags: int, mode: int) -> int:
+    """Open `name` in the opened `folder` (`path` names it in errors), following no link."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder)
     except OSError as exc:
         raise UnsafeFile(f"{path}: {exc.strerror or exc} (a link or a file kcoder did not make?)") from None
+
+
+def _open_in(path: Path, flags: int, mode: int = 0o644) -> int:
+    """Open `path` relative to its folder, following a link at neither (O_NOFOLLOW on both)."""
+    folder = _open_folder(path)
+    try:
+        return _open_at(folder, path, path.name, flags, mode)
     finally:
         os.close(folder)
 
@@ -119,15 +133,21 @@ def create_new(path: Path | str, mode: int = 0o644) -> Any:
 def writing_whole(path: Path | str, mode: int = 0o644) -> Iterator[Any]:
     """A binary file object whose contents become `path` whole when the block ends: a fresh
     file under a random name (O_EXCL), renamed over `path` (a link there is replaced, never
-    followed)."""
+    followed). Both the creation and the rename act on the folder opened once without
+    following a link, so swapping the folder for a link midway redirects nothing."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+    folder = _open_folder(path)
     try:
-        with create_new(tmp, mode) as fh:
+        with os.fdopen(_open_at(folder, path, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as fh:
             yield fh
-        os.replace(tmp, path)
+        os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
     finally:
-        remove_plain(tmp)
+        try:
+            os.unlink(tmp, dir_fd=folder)  # left only when the block failed
+        except FileNotFoundError:
+            pass
+        os.close(folder)
 
 
 def replace_file(path: Path | str, data: bytes, mode: int = 0o644) -> None:
@@ -141,8 +161,8 @@ def remove_plain(path: Path | str) -> None:
     (a link in its place is removed, never its target)."""
     path = Path(path)
     try:
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        folder = _open_folder(path)
+    except UnsafeFile:
         return
     try:
         os.unlink(path.name, dir_fd=folder)

@@ -15,7 +15,6 @@ process never imports a problem file (problem.py reads them statically).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 from kcoder.evaluate.options import confined_problem
 from kcoder.policy.schema import MAX_TEXT, WORD
 from kcoder.procs import RunResult, run
+from kcoder.trust import read_plain
 
 CAPTURE_TIMEOUT_S = 300.0
 MAX_GRAPH_BYTES = 64 * 2**20  # far above any module's graph; a bigger file is refused unread
@@ -80,11 +80,9 @@ def _graph(problem: Path, out: Path, res: RunResult) -> dict[str, Any]:
         raise CaptureError(f"{problem}: could not trace Model.forward: {why}")
     refused = f"{problem}: the captured graph {out.name} is refused"
     try:
-        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(MAX_GRAPH_BYTES + 1)
+        raw = read_plain(out, limit=MAX_GRAPH_BYTES + 1)  # a regular file, no link followed
     except OSError as exc:
-        raise CaptureError(f"{refused}: it could not be read ({exc.strerror})") from None
+        raise CaptureError(f"{refused}: it could not be read ({exc.strerror or exc})") from None
     if len(raw) > MAX_GRAPH_BYTES:
         raise CaptureError(f"{refused}: larger than {MAX_GRAPH_BYTES // 2**20} MiB")
     try:

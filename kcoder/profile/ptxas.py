@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import secrets
 import shlex
 import shutil
 import tempfile
@@ -26,6 +24,7 @@ from pathlib import Path
 from kcoder.build.inline import find_cuda_home
 from kcoder.paths import cache_root
 from kcoder.procs import RunResult, run
+from kcoder.trust import read_plain, replace_file
 
 
 @dataclass
@@ -262,7 +261,7 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
         cache = cache_root() / "profile" / f"ptxas-{key}.json"
         if cache.exists():
             try:
-                data = json.loads(_read_nofollow(cache))
+                data = json.loads(read_plain(cache))  # a link planted in its place is refused
                 report.kernels = pick_arch([KernelResources(**k) for k in data["kernels"]], arch)
                 report.cached = True
                 return report
@@ -279,52 +278,16 @@ def compile_report(build_dir: Path, timeout_s: float = 300.0, arch: str | None =
         kernels = parse_ptxas(out)
         demangle(kernels)
         try:
-            _write_private(cache, json.dumps({"kernels": [asdict(k) for k in kernels]}))
+            # The cache's folder is one other processes (a candidate's, under `--sandbox none`)
+            # could write: written whole through a private temporary file, no link followed.
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(cache, json.dumps({"kernels": [asdict(k) for k in kernels]}).encode(), mode=0o600)
         except OSError as exc:  # a link where the cache's folder should be: no cache, the report stands
-            report.notes.append(f"ptxas report not cached ({cache.parent}: {exc.strerror})")
+            report.notes.append(f"ptxas report not cached ({cache.parent}: {exc.strerror or exc})")
         report.kernels = pick_arch(kernels, arch)
     if report.error:
         _cuobjdump_fallback(build_dir, report, arch)
     return report
-
-
-def _read_nofollow(path: Path) -> str:
-    """The text of `path`, refusing a link (OSError) in its place or in its folder's."""
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
-    finally:
-        os.close(folder)
-    with os.fdopen(fd, encoding="utf-8", errors="replace") as fh:
-        return fh.read()
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write `path` atomically through a temporary file of a random name created exclusively
-    (O_EXCL: a link planted there is never followed) in the folder opened without following a
-    link; the rename works on that opened folder too. The cache's profile folder is one that
-    other processes (a candidate's, with `--sandbox none`) could write."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        for _ in range(10):
-            name = f".{path.name}.{secrets.token_hex(8)}.tmp"
-            try:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FileExistsError(f"{path.parent}: no free temporary name")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(name, path.name, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            os.unlink(name, dir_fd=folder)
-            raise
-    finally:
-        os.close(folder)
 
 
 def _cuobjdump_fallback(build_dir: Path, report: CompilerReport, arch: str | None) -> None:
