@@ -64,14 +64,19 @@ def evaluate(problem_path: str | Path, candidate_path: str | Path,
     if session is not None:
         session.judge(candidate_path, options, verdict, mode)
     else:
-        with tempfile.TemporaryDirectory(prefix="kcoder-eval-") as work:
-            children = Children(problem.path, candidate_path, options, Path(work), mode)
-            try:
-                run_judge(problem.path, candidate_path, options, verdict, children)
-            finally:
-                children.close()  # gives the device back
+        judge_alone(problem.path, candidate_path, options, verdict, mode)
     verdict.seconds["total"] = round(time.perf_counter() - started, 3)
     return finish(verdict)
+
+
+def judge_alone(problem: Path, candidate: Path, options: EvalOptions, verdict: Verdict, mode: str) -> None:
+    """The judge's stages with processes of this evaluation's own, all ended after."""
+    with tempfile.TemporaryDirectory(prefix="kcoder-eval-") as work:
+        children = Children(problem, candidate, options, Path(work), mode)
+        try:
+            run_judge(problem, candidate, options, verdict, children)
+        finally:
+            children.close()  # gives the device back
 
 
 def run_judge(problem: Path, candidate: Path, options: EvalOptions, verdict: Verdict, children: Children) -> None:

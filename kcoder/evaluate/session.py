@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.options import EvalOptions
-from kcoder.evaluate.runner import evaluate, run_judge
+from kcoder.evaluate.runner import evaluate, judge_alone, run_judge
 from kcoder.evaluate.spawn import Children
 from kcoder.problem import load_problem
 from kcoder.verdict import Verdict
@@ -77,12 +77,7 @@ class EvalSession:
         """The judge's stages for `candidate` (called by runner.evaluate after its static checks)."""
         if options.stop_after == "compile" or options.confine_problem:
             # no reference process to keep (compile-only), or none that may be kept
-            with tempfile.TemporaryDirectory(prefix="kcoder-eval-") as work:
-                children = Children(self.problem, candidate, options, Path(work), mode)
-                try:
-                    run_judge(self.problem, candidate, options, verdict, children)
-                finally:
-                    children.close()
+            judge_alone(self.problem, candidate, options, verdict, mode)
             return
         with self.lock:
             children = self._children_for(candidate, options, mode)
