@@ -418,45 +418,20 @@ lock() {
 #     "PROBLEM CANDIDATE" per line; hand solutions and the policy's candidates) built in parallel,
 #     then judged by kcoder eval one at a time (--allow gemm,conv); a table of verdicts last.
 accept() {
-  export PATH="$PWD/.whl/bin:$PATH"
-  MAX_JOBS=4 xargs -P 8 -L 1 sh -c 'python3 -m kcoder eval "$0" "$1" --device cuda --stop-after build \
-      --allow gemm,conv --json > /dev/null 2>&1' < "$ACCEPT_PAIRS"
-  echo "PREBUILD seconds: $(( $(date +%s) - start ))"
-  while read -r problem candidate; do
-    name="$(basename "$(dirname "$problem")")/$(basename "$candidate" .py)"
-    timeout "${ACCEPT_EACH_S:-90}" python3 -m kcoder eval "$problem" "$candidate" --device cuda --allow gemm,conv \
-      --json > "$out/accept_$(basename "$candidate" .py)_$(basename "$(dirname "$candidate")").json" 2>&1
-    python3 - "$name" "$out/accept_$(basename "$candidate" .py)_$(basename "$(dirname "$candidate")").json" <<'PY'
-import json, sys
-try:
-    v = json.load(open(sys.argv[2]))
-except Exception:
-    print(f"ACCEPT {sys.argv[1]:40} no verdict (timeout or crash)"); sys.exit()
-f = lambda x: "-" if x is None else f"{x:.2f}"
-print(f"ACCEPT {sys.argv[1]:40} {v.get('status')} reward {v.get('reward')} eager {f(v.get('speedup_vs_eager'))}x "
-      f"compile {f(v.get('speedup_vs_compile'))}x {v.get('seconds', {}).get('total', '?')} s | {str(v.get('reason'))[:150]}")
-PY
-  done < "$ACCEPT_PAIRS"
+  PAIRS="$ACCEPT_PAIRS" EACH_S="${ACCEPT_EACH_S:-90}" measure
 }
 
 # fair: issue 36 in one call: the fair-timing test (an honest 4 GiB copy vs eager's clone), the outputs'
 #       descriptor hand-off tests, then kcoder eval on KernelBench L1's 18 GB problems (KB carried; the
 #       policy's candidates from FAIR_SOL, rendered here when absent) and a table of the judge's figures.
 fair() {
-  export PATH="$PWD/.whl/bin:$PATH"
   local sol="${FAIR_SOL:-.sol/l1}" probs="${FAIR_L1:-19_ReLU 34_InstanceNorm}"
   for p in $probs; do [ -f "$sol/$p.py" ] || python3 bench/policy.py --device cuda --no-examples --emit "$sol" "$KB/level1/$p.py" \
     >> "$out/fair_emit.log" 2>&1; done
-  { echo "tests/gpu/problems/big_copy.py tests/gpu/problems/big_copy_candidate.py"
-    for p in $probs; do echo "$KB/level1/$p.py $sol/$p.py"; done; } > /tmp/fair_pairs.txt
-  prebuild_pairs /tmp/fair_pairs.txt fair_prebuild.log 240
-  timeout 240 python3 -m pytest -m gpu -q -s tests/gpu/test_fair_timing_gpu.py tests/gpu/test_handoff_gpu.py 2>&1 \
-    | tee "$out/fair_tests.log" | grep -E "FAIR|passed|failed|Error|assert" | head -20
-  for p in $probs; do
-    timeout "${FAIR_EACH_S:-120}" python3 -m kcoder eval "$KB/level1/$p.py" "$sol/$p.py" --device cuda --json \
-      > "$out/fair_$p.json" 2> "$out/fair_$p.err"; echo "$p rc=$? $(( $(date +%s) - start )) s"
-  done
-  python3 tests/gpu/verdicts_table.py "$out"/fair_*.json
+  for p in $probs; do echo "$KB/level1/$p.py $sol/$p.py"; done > /tmp/fair_judged.txt
+  { echo "tests/gpu/problems/big_copy.py tests/gpu/problems/big_copy_candidate.py"; cat /tmp/fair_judged.txt; } > /tmp/fair_pairs.txt
+  PAIRS=/tmp/fair_judged.txt BUILD_PAIRS=/tmp/fair_pairs.txt BUILD_S=240 TESTS_S=240 EACH_S="${FAIR_EACH_S:-120}" \
+    TESTS="tests/gpu/test_fair_timing_gpu.py tests/gpu/test_handoff_gpu.py" measure
 }
 
 # measure: one call for a session's figures: PAIRS (a file of "problem candidate" lines, carried) built in

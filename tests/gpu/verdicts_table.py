@@ -15,7 +15,9 @@ def row(path: str) -> str:
     s = v.get("seconds", {})
     fig = lambda k: "-" if v.get(k) is None else f"{v[k]:.1f}"  # noqa: E731
     ratio = lambda k: "-" if v.get(k) is None else f"{v[k]:.3f}"  # noqa: E731
-    return (f"{v.get('problem', path).split('/')[-1][:34]:34} {v.get('status', '?'):9} cand {fig('candidate_us'):>9} "
+    name = v.get("problem", path).split("/")[-1][:34]
+    return (f"{v.get('device_name', '?')[:20]} {name:34} {v.get('status', '?'):9} reward {v.get('reward')} "
+            f"cand {fig('candidate_us'):>9} "
             f"eager {fig('eager_us'):>9} compile {fig('compile_us'):>9} kern {kernel:>9} "
             f"x_eager {ratio('speedup_vs_eager'):>6} x_comp {ratio('speedup_vs_compile'):>6} "
             f"sol {ratio('candidate_sol_fraction'):>5} peakMB {v.get('peak_memory_mb')} fpMB {v.get('footprint_mb')} "
@@ -24,6 +26,5 @@ def row(path: str) -> str:
 
 
 if __name__ == "__main__":
-    print(f"device: {json.load(open(sys.argv[1])).get('device_name', '?') if len(sys.argv) > 1 else '?'}")
     for p in sys.argv[1:]:
         print(row(p))
