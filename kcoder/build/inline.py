@@ -153,7 +153,7 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
         if not private:  # kcoder's own (trusted) process: the shared cache directly
             return _build_here(original, params, fast, cache_root() / "build" / folder, base)
         shared = cache_root() / "build" / folder
-        if (shared / BUILT_MARKER).exists() and any(shared.glob(f"{params['name']}.*")):
+        if _finished(shared, params["name"]):
             return _import_shared(params, shared, base, json.loads((shared / BUILT_MARKER).read_text()))
         if requests.service_folders() is not None:
             reply = _ask_service(params, fast)
@@ -167,6 +167,11 @@ def make_load_inline(original: Any, fast: bool = True) -> Any:
 
     kcoder_load_inline.__wrapped__ = original  # type: ignore[attr-defined]
     return kcoder_load_inline
+
+
+def _finished(build_dir: Path, name: str) -> bool:
+    """A build that completed here: its marker and the module it made."""
+    return (build_dir / BUILT_MARKER).exists() and any(build_dir.glob(f"{name}.*"))
 
 
 def _build_here(original: Any, params: dict[str, Any], fast: bool, build_dir: Path, base: str,
@@ -186,7 +191,7 @@ def _build_here(original: Any, params: dict[str, Any], fast: bool, build_dir: Pa
     started = time.perf_counter()
     with _exclusive(build_dir):
         marker = build_dir / BUILT_MARKER
-        record["cached"] = marker.exists() and any(build_dir.glob(f"{params['name']}.*"))
+        record["cached"] = _finished(build_dir, params["name"])
         try:
             if record["cached"]:
                 record.update(json.loads(marker.read_text()), cached=True)
