@@ -37,7 +37,7 @@ def verdict_line(v: Verdict, label: str, seconds: float, stop_after: str) -> tup
     live status: "✓ model_new_0002.py: correct on 5 input sets · 14.2 s, cached build"."""
     from kcoder.evaluate.progress import build_note
 
-    passed = v.compiled if stop_after == "build" else v.correct
+    passed = v.compiled if stop_after in ("compile", "build") else v.correct
     if v.correct and v.candidate_us is not None:
         per_call = f"{v.candidate_us / 1000:,.2f} ms" if v.candidate_us >= 1000 else f"{v.candidate_us:,.1f} us"
         # no torch.compile figure (--no-compile) is unknown, not 0.00x
@@ -47,7 +47,7 @@ def verdict_line(v: Verdict, label: str, seconds: float, stop_after: str) -> tup
     elif v.correct:
         what = f"correct on {v.n_input_sets} input sets" if v.n_input_sets else v.reason
     elif passed:
-        what = "built"
+        what = "compiled (host code only)" if stop_after == "compile" else "built"
     else:
         what = f"{'evaluation error' if v.status == 'error' else 'failed'} at {v.stage}: {v.reason}"
     note = build_note(v.notes)

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from kcoder.evaluate.options import EvalOptions
     from kcoder.verdict import Verdict
 
-STAGES = {"build": "build", "verify": "build → verify", "timing": "build → verify → timing"}
+# Every stage of kcoder/choices.py has its label (tests/agent/test_status_labels.py checks it).
+STAGES = {"compile": "compile check", "build": "build", "verify": "build → verify",
+          "timing": "build → verify → timing"}
 LOG_LINE_CHARS = 240  # the result line in logs (no terminal width to fit)
 
 

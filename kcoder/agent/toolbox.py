@@ -271,7 +271,7 @@ def format_verdict(v: Verdict, stop_after: str = "timing", log_chars: int = 4000
 
 def stage_passed(v: Verdict, stop_after: str) -> bool:
     """Whether a verdict passed the stage it was asked to reach."""
-    return v.compiled if stop_after == "build" else v.correct
+    return v.compiled if stop_after in ("compile", "build") else v.correct
 
 
 def evaluate_candidate(args: dict[str, Any], ctx: ToolContext, stop_after: str) -> Observation:
