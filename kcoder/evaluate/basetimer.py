@@ -72,15 +72,13 @@ class Baselines:
         return samples
 
     def measure(self, deadline: float) -> dict[str, list[float]]:
-        """Half of the baselines' rounds, eager and torch.compile in random order per round."""
-        j, opts = self.judge, self.judge.options
-        warm = [j.seed() for _ in range(opts.warmup)]
-        seeds = [j.seed() for _ in range(max(2, opts.max_rounds // 2))]
-        reply = j.ask_reference(_left(deadline), "timing", op="baselines", seeds=seeds, warmup=warm,
-                                min_rounds=max(2, opts.min_rounds // 2), budget_s=j.share_s() / 2)
-        for name, seconds in (reply.get("seconds") or {}).items():  # torch.compile's compilation included
-            j.stages.add(f"baselines_{name}", float(seconds))
-        return reply["samples"]
+        """Half of the baselines' samples: eager and torch.compile in the reference process,
+        timed by the judge's clock exactly as the candidate is (judgetiming.py)."""
+        from kcoder.evaluate.judgeclock import SAMPLES
+        from kcoder.evaluate.judgetiming import baseline_figures
+
+        self.judge.deadline = deadline
+        return baseline_figures(self.judge, deadline, SAMPLES // 2 + 1)
 
 
 def _left(deadline: float) -> float:

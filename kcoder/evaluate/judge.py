@@ -23,6 +23,7 @@ from typing import Any
 from kcoder.evaluate.basetimer import Baselines
 from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.judgenotes import VerdictNotes
+from kcoder.evaluate.judgetiming import candidate_figure
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sol import record_sol
 from kcoder.evaluate.spawn import Children
@@ -158,10 +159,9 @@ class Judge:
         v.correct = True
         v.seconds["verify"] = round(time.perf_counter() - started, 3)
 
-    def checked_call(self, stage: str, label: str, deadline: float, save_last: bool = False,
-                     perturbed: int = 0) -> None:
-        """The candidate's output for a fresh input set (or its last timed call, the last of
-        `perturbed` batch calls), judged by the reference process."""
+    def checked_call(self, stage: str, label: str, deadline: float, save_last: bool = False) -> None:
+        """The candidate's output for a fresh input set (or its last timed call), judged by the
+        reference process."""
         if stage == "timing":
             if self.timing_checks_left <= 0:
                 self.notes.rationed(TIMING_CHECK_BUDGET_MB)
@@ -175,8 +175,19 @@ class Judge:
             reply = self.ask_candidate(_left(deadline), stage, op="verify", seed=seed, path=path, label=label,
                                        expect="saved")
         result = self.ask_reference(_left(deadline), stage, op="check", seed=seed, path=path, label=label,
-                                    perturbed=perturbed, **self.pass_output(reply))
+                                    **self.pass_output(reply))
         self._judge_check(result, stage, label)
+
+    def checked_batch_call(self, batch: Any, call: int, deadline: float) -> None:
+        """Call `call` of a timed batch: its kept output against the reference's for the inputs
+        that call saw, and against the commitment sent before the judge's clock stopped."""
+        label = f"call {call + 1} of a batch of {batch.n} timed by the judge's clock"
+        path = str(self.children.box.outputs / f"out-{secrets.token_hex(8)}.pt")
+        reply = self.ask_candidate(_left(deadline), "timing", op="save_batch", index=call, path=path, expect="saved")
+        result = self.ask_reference(_left(deadline), "timing", op="check", seed=batch.seed, path=path, label=label,
+                                    batch={"key": batch.key, "n": batch.n, "call": call},
+                                    commitment=batch.commitments[call], **self.pass_output(reply))
+        self._judge_check(result, "timing", label)
 
     def pass_output(self, reply: dict[str, Any]) -> dict[str, Any]:
         """An output that travels by descriptor (handoff.py): its layout checked, its descriptor
@@ -224,7 +235,7 @@ class Judge:
         v, opts = self.verdict, self.options
         v.stage = "timing"
         started = time.perf_counter()
-        deadline = time.monotonic() + opts.timing_timeout_s
+        deadline = self.deadline = time.monotonic() + opts.timing_timeout_s
         self.base = base = Baselines(self)
         # Cached baselines: none is timed before the candidate's rounds, so its process goes on
         restart = not base.cached or self.background_jobs > 0
@@ -235,13 +246,14 @@ class Judge:
             self.cand = self.start_candidate()
             self.finish_start(first=False)
         v.stage = "timing"
-        cand = self.candidate_rounds(deadline)
-        self.outer_clock_check(statistics.median(cand), deadline)
-        self.hidden_work_check(statistics.median(cand), deadline)
+        events = self.candidate_rounds(deadline)  # the candidate's process's own figure: a diagnostic
+        figure = candidate_figure(self, deadline, self.output_bytes)
+        self.judge_figure(figure, statistics.median(events))
+        self.hidden_work_check(statistics.median(events), deadline)
         self.record_peak(deadline)
         self.stop_candidate()
-        samples = base.last(deadline, cand)
-        samples["candidate"] = cand
+        samples = base.last(deadline, figure.samples)
+        samples["candidate"] = figure.samples
         record_timings(self.verdict, Timings(samples))
         v.seconds["timing"] = round(time.perf_counter() - started, 3)
 
@@ -287,13 +299,21 @@ class Judge:
         checks = {0, *self.rng.sample(range(expected), share)}
         return checks, set(self.rng.sample(range(expected), share))
 
-    def outer_clock_check(self, claimed_us: float, deadline: float) -> None:
-        """The judge's own clock over back-to-back batches, like for like (crosscheck.py)."""
-        from kcoder.evaluate.crosscheck import OuterClock
+    def judge_figure(self, figure: Any, reported_us: float) -> None:
+        """The judge's clock against the candidate's own events: a note, or a refusal."""
+        from kcoder.evaluate.judgeclock import disagreement
 
-        started = time.monotonic()
-        OuterClock(self, claimed_us, deadline).check()
-        self.stages.add("cross_checks", time.monotonic() - started)
+        median = statistics.median(figure.samples)
+        self.verdict.notes.append(
+            f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls "
+            f"(the candidate's process reported {reported_us:.1f} us per call)"
+            + ("; its host was in the loop (it waits for the GPU within a call)" if figure.host_bound else ""))
+        reason = disagreement(figure.samples, reported_us, figure.host_bound)
+        if reason:
+            self.fail("timing", reason)
+
+    def left(self) -> float:
+        return _left(self.deadline) if getattr(self, "deadline", None) else 60.0
 
     def hidden_work_check(self, event_us: float, deadline: float) -> None:
         """GPU work outside the range the timed calls' events measure (timedrange.py)."""

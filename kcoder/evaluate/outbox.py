@@ -7,6 +7,7 @@ kcoder's code in the candidate's process: nothing here is trusted by the judge o
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from typing import Any
@@ -52,6 +53,10 @@ class NotPlain(Exception):
     """The output is not made of plain tensors, lists, tuples and numbers (the candidate's fault)."""
 
 
+class UnreadableOutput(NotPlain):
+    """The output's own memory could not be read (protected, unmapped): the candidate's fault."""
+
+
 class Outbox:
     """The candidate process's end: each output to the reference process by descriptor, or
     through a file where it cannot travel that way."""
@@ -81,6 +86,8 @@ class Outbox:
         layout, parts = described
         try:
             fd = self._export(parts, layout["size"])
+        except UnreadableOutput:
+            raise
         except (OSError, RuntimeError) as exc:  # the driver cannot share memory here: files from now on
             self.broken = str(exc)[:200]
             return None
@@ -139,7 +146,13 @@ def _export_host(parts: list[tuple[Any, int]], size: int) -> int:
         for flat, offset in parts:
             view, done = host_view(flat), 0
             while done < len(view):
-                done += os.pwritev(fd, [view[done:]], offset + done)
+                try:
+                    done += os.pwritev(fd, [view[done:]], offset + done)
+                except OSError as exc:
+                    if exc.errno == errno.EFAULT:  # the kernel could not read the tensor's pages
+                        raise UnreadableOutput("the output's memory could not be read (protected or "
+                                               "unmapped pages)") from None
+                    raise
     except BaseException:
         os.close(fd)
         raise

@@ -18,7 +18,7 @@ StageCallback = Callable[[str], None]
 
 _PHASES = {"import": "building: importing the candidate", "compile": "building: compiling (load_inline)",
            "init": "building: ModelNew(...)"}
-_CANDIDATE_OPS = {"warmup": "timing: warm-up calls", "batch": "timing: cross-checking with the judge's clock",
+_CANDIDATE_OPS = {"warmup": "timing: warm-up calls", "batch": "timing: batches by the judge's clock",
                   "kernel_time": "timing: profiler cross-check", "peak": "timing: peak memory",
                   "finish": "finishing the precompiled header build"}
 # inline.describe(): "extension NAME: cached|built in S s (MODE build[: NOTES])"
@@ -80,7 +80,9 @@ class StageReporter:
 
     def reference_message(self, message: dict[str, Any]) -> None:
         """A request to the reference process: its baseline timing and SOL are stages of their own."""
-        if message.get("op") == "baselines":
+        if message.get("op") == "batch" and not message.get("calibration"):
+            self._say(f"timing {message.get('impl') or 'the baseline'} by the judge's clock")
+        elif message.get("op") == "baselines":
             self._say("timing the baselines (eager, torch.compile)")
         elif message.get("op") == "sol":  # the first time on a device, its ceilings are measured
             self._say("counting the reference's work (speed of light)")

@@ -41,6 +41,9 @@ class ReferenceServer:
         self.fingerprints: set[str] = set()
         self.compiled: Any = None
         self.flush_bytes = 0
+        self.flush_buffer: Any = None
+        self.gate: Any = None  # batchrun.DeviceGate, on the GPU
+        self.templates: dict[str, Any] = {}  # an output per implementation: the calibration's shape
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
         share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
         self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
@@ -110,10 +113,18 @@ class ReferenceServer:
         except Exception as exc:
             raise self._fault(exc) from None
 
-    def reference(self, seed: int, perturbed: int = 0) -> Any:
-        from kcoder.evaluate.verify import replay_perturbations
+    def call_inputs(self, seed: int, batch: dict[str, Any] | None) -> list[Any]:
+        """Input set `seed`, as call `batch["call"]` of a timed batch saw it when `batch` is given
+        (the key's factors replayed: batchrun.perturbed)."""
+        inputs = self.inputs(seed)
+        if not batch:
+            return inputs
+        from kcoder.evaluate.batchrun import perturbed
 
-        inputs = replay_perturbations(self.inputs(seed), perturbed)
+        return perturbed(self.torch, inputs, int(batch["key"]), int(batch["n"]), int(batch["call"]), self.device)
+
+    def reference(self, seed: int, batch: dict[str, Any] | None = None) -> Any:
+        inputs = self.call_inputs(seed, batch)
         try:
             with self.torch.no_grad():
                 out = self.model(*inputs)
@@ -154,14 +165,16 @@ class ReferenceServer:
                 self.link.reply(error=f"{op}: {first_line(exc)}")
             self._release()
 
-    def op_check(self, seed: int, path: str, label: str, perturbed: int = 0,
-                 shared: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Compare the candidate's output for input set `seed` (after `perturbed` batch
-        changes) with the reference's: `shared` (its layout) when it came by descriptor, else
-        saved at `path`."""
+    def op_check(self, seed: int, path: str, label: str, batch: dict[str, Any] | None = None,
+                 shared: dict[str, Any] | None = None, commitment: list[int] | None = None) -> dict[str, Any]:
+        """Compare the candidate's output for input set `seed` (as call `batch` of a timed batch
+        saw it) with the reference's: `shared` (its layout) when it came by descriptor, else
+        saved at `path`. With `commitment`, its bytes must also be the bytes the candidate's
+        process committed to before the judge's clock stopped (batchrun.py)."""
+        from kcoder.evaluate.batchrun import commitments
         from kcoder.evaluate.compare import Mismatch, compare_outputs
 
-        ref = self.reference(seed, perturbed)
+        ref = self.reference(seed, batch)
         try:
             out = self._candidate_output(path, shared, ref)
         except Exception as exc:
@@ -169,6 +182,10 @@ class ReferenceServer:
                                            f"({first_line(exc)[:120]})"}
         finally:
             remove_plain(path)
+        if commitment is not None and commitments(self.torch, out) != commitment:
+            return {"ok": False, "reason": f"integrity: {label}: the output handed over is not the one its process "
+                                           "committed to before the judge's clock stopped (written late, on "
+                                           "another stream, or computed when read)"}
         rule = ""  # the float32 tolerance accepted it; else the note of the rule that did
         try:
             stats = compare_outputs(out, ref, self.options.precision)
@@ -176,22 +193,20 @@ class ReferenceServer:
             from kcoder.evaluate.compare64 import second_opinion
 
             try:  # the float64 rule, for float32 values only (compare64.py)
-                stats, rule = second_opinion(exc, out, ref, lambda: self.reference_float64(seed, perturbed, out),
+                stats, rule = second_opinion(exc, out, ref, lambda: self.reference_float64(seed, batch, out),
                                              self.options.precision)
             except Mismatch as final:
                 return {"ok": False, "mismatch": str(final)}
         self.fingerprints.add(_fingerprint(ref))
         return {"ok": True, "stats": stats.__dict__, "rule": rule}
 
-    def reference_float64(self, seed: int, perturbed: int, out: Any) -> Any:
+    def reference_float64(self, seed: int, batch: dict[str, Any] | None, out: Any) -> Any:
         """Model run in float64 on the upcast inputs and weights of input set `seed` (only
         when the float32 tolerance refused an output, and within compare64.MAX_BYTES)."""
         from kcoder.evaluate.compare import flatten_outputs
         from kcoder.evaluate.compare64 import MAX_BYTES, Float64Unavailable, float64_model, upcast
-        from kcoder.evaluate.verify import replay_perturbations
-
         torch = self.torch
-        inputs = replay_perturbations(self.inputs(seed), perturbed)
+        inputs = self.call_inputs(seed, batch)
         out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
         need = 2 * (_nbytes(inputs) + out_bytes)
         if need > MAX_BYTES:
@@ -282,6 +297,35 @@ class ReferenceServer:
         samples = time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup, min_rounds=min_rounds,
                               budget_s=budget_s * len(impls), seed=self.options.seed, spent=spent)
         return {"samples": samples, "seconds": spent}
+
+    def op_gate(self) -> dict[str, Any]:
+        """The gate page (judgeclock.GatePage) the judge sent over the hand-off socket."""
+        from kcoder.evaluate.batchrun import open_gate
+
+        self.gate = open_gate(self.torch, self.share)
+        return {"gate": True}
+
+    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0, impl: str = "eager") -> dict[str, Any]:
+        """n calls of eager or torch.compile timed by the judge's clock, exactly as the
+        candidate's are (batchrun.py): the same inputs, flush, commitments and gate."""
+        from kcoder.evaluate.batchrun import BatchRun, calibration_module, serve_batch
+        from kcoder.evaluate.timing import flush_l2, l2_flush_buffer
+
+        torch, base = self.torch, self.inputs(seed)
+        if impl == "compile" and self.compiled is None:
+            self.compiled = torch.compile(self.model)
+        model = self.compiled if impl == "compile" else self.model
+        if impl not in self.templates:  # un-timed calls: torch.compile compiles here; the calibration's shape
+            with torch.no_grad():
+                self.templates[impl] = [model(*base), model(*base)][-1]
+        model = calibration_module(torch, self.templates[impl]) if calibration else model
+        flush = None
+        if self.device == "cuda":
+            self.flush_buffer = self.flush_buffer if self.flush_buffer is not None else l2_flush_buffer(torch)
+            self.flush_bytes, buffer = self.flush_buffer.nbytes, self.flush_buffer
+            flush = lambda: flush_l2(buffer)  # noqa: E731
+        run = BatchRun(torch, self.device, model, base, n, keep=False, flush=flush)
+        return {"done": True, "commitments": serve_batch(self.link, run, self.gate, generation)}
 
     def _release(self) -> None:
         if self.device == "cuda":

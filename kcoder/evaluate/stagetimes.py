@@ -22,15 +22,16 @@ ORDER = ("sandbox", "reference_reset", "reference_process_start", "reference_tor
          "candidate_compile", "candidate_import", "wait_for_reference", "candidate_init", "build", "verify_calls",
          "reference_outputs", "verify",
          "baselines", "baselines_eager", "baselines_compile", "baselines_cached", "sol", "candidate_restart",
-         "candidate_timing", "audits", "cross_checks", "timing", "total")
+         "candidate_timing", "judge_clock", "audits", "cross_checks", "timing", "total")
 
 # (process, operation) -> stage; a pair not listed is named by the judge's stage.
 _REQUESTS = {("reference", "baselines"): "baselines", ("reference", "sol"): "sol",
              ("reference", "reset"): "reference_reset",
              ("reference", "peak"): "cross_checks", ("reference", "notes"): "reference_outputs",
              ("candidate", "warmup"): "candidate_timing", ("candidate", "time"): "candidate_timing",
-             ("candidate", "save_last"): "audits", ("candidate", "batch"): "cross_checks",
-             ("candidate", "go"): "cross_checks", ("candidate", "kernel_time"): "cross_checks",
+             ("candidate", "save_last"): "audits", ("candidate", "save_batch"): "judge_clock",
+             ("candidate", "gate"): "judge_clock", ("reference", "gate"): "baselines",
+             ("candidate", "kernel_time"): "cross_checks",
              ("candidate", "peak"): "cross_checks"}
 # Start-up stamps in the order each child process reports them, and the stage each gap names.
 REFERENCE_STAMPS = (("main", "reference_process_start"), ("torch", "reference_torch_import"),

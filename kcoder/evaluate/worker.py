@@ -21,6 +21,7 @@ from typing import Any
 
 from kcoder.build import inline as build
 from kcoder.evaluate.channel import Link
+from kcoder.evaluate.harnesscheck import harness_fingerprint
 from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.outbox import Outbox
@@ -28,7 +29,7 @@ from kcoder.evaluate.outbox import Outbox
 CANDIDATE_MODULE = "kcoder_candidate"
 # Requests after which the allocator's cache is kept: emptying it would make the next timed
 # call pay cudaMalloc for its output, which the baselines' calls never do.
-TIMING_OPS = {"warmup", "time", "save_last", "batch", "kernel_time", "peak", "verify"}
+TIMING_OPS = {"warmup", "time", "save_last", "batch", "save_batch", "kernel_time", "peak", "verify", "gate"}
 
 
 class Failure(Exception):
@@ -53,6 +54,8 @@ class CandidateServer:
         self.candidate_path = Path(job["candidate"])
         self.last: Any = None
         self.previous: Any = None  # the last verification output, kept to catch reuse
+        self.template: Any = None  # an output of the candidate's: the calibration batch returns its like
+        self.batch_run: Any = None  # the last batch, its outputs kept for the judge's checks
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps, for the verdict's stage times
         self.compile_s = 0.0  # seconds inside load_inline
         share_fd = job.get("handoff_fd")
@@ -75,7 +78,7 @@ class CandidateServer:
         self.problem = _inputs_only(load_module(Path(self.job["problem"]), "kcoder_problem_inputs"))
         # What the checks compare against is taken before the candidate's code runs: a
         # replacement made while it is imported shows as well.
-        self.timers = _timer_identities(torch)
+        self.timers = harness_fingerprint(torch, CandidateServer)
         started = time.perf_counter()
         model_cls = self._import_candidate()
         self.stamps["imported"] = time.time()
@@ -232,34 +235,45 @@ class CandidateServer:
     def op_save_last(self, path: str) -> dict[str, Any]:
         return self._save(self.last, path)
 
-    def op_batch(self, seed: int, n: int, gate_s: float = 0.0, calibration: bool = False) -> dict[str, Any]:
-        """n calls back to back between two messages: the judge times them with its own clock
-        (crosscheck.py). A "queued" message says when the host's part of all n calls is done.
-        `gate_s`: the GPU first sleeps that long, so the host queues every call before the GPU
-        runs any and the judge's clock sees their device time alone. `calibration`: a module
-        that does nothing stands in for the candidate, so the judge sees what the batch costs
-        besides the candidate (the harness's per-call work, the messages, the gate)."""
-        from kcoder.evaluate.batch import calibration_module, gate
-        from kcoder.evaluate.verify import perturb
+    def op_gate(self) -> dict[str, Any]:
+        """The gate page (judgeclock.GatePage) the judge sent over the hand-off socket."""
+        from kcoder.evaluate.batchrun import GateError, open_gate
 
-        inputs = self.inputs(seed)
-        model = calibration_module(self.torch) if calibration else self.model
-        self.clock.sync()
-        self.link.reply(ready=True)
-        if self.link.receive() is None:
-            raise HarnessFault("the judge closed the channel")
-        gate(self.torch, self.device, gate_s)
-        with self.torch.no_grad():
-            for i in range(n):
-                perturb(inputs, i)  # every call on different data: nothing to remember
-                out = self._call(lambda: model(*inputs), "timing", direct=True)
-                if not calibration:
-                    self.last = out
-                del out
-        self.link.reply(queued=True)
-        self.clock.sync()
-        self._integrity("timing", "a back-to-back batch")
-        return {"done": True}  # the judge's clock stops here; it asks for the output afterwards
+        try:
+            self.gate = open_gate(self.torch, self.outbox.sock)
+        except (GateError, OSError) as exc:
+            raise HarnessFault(f"the gate page: {first_line(exc)}") from None
+        return {"gate": True}
+
+    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0, impl: str = "") -> dict[str, Any]:
+        """n calls timed by the judge's own clock (batchrun.py, judgeclock.py); each call's
+        output committed before "done" and kept until the next batch for the judge's drawn
+        checks. `calibration`: a module that computes nothing stands in for the candidate."""
+        from kcoder.evaluate.batchrun import BatchRun, GateError, calibration_module, serve_batch
+        from kcoder.evaluate.timing import flush_l2
+
+        torch, self.batch_run, self.last = self.torch, None, None
+        base = self.inputs(seed)
+        if self.template is None:  # an un-timed call: the shape of what the calibration returns
+            with torch.no_grad():
+                self.template = self._call(base, "timing")
+        model = calibration_module(torch, self.template) if calibration else self.model
+        flush = (lambda: flush_l2(self.clock.flush_buffer)) if self.device == "cuda" else None
+        run = BatchRun(torch, self.device, model, base, n, keep=not calibration, flush=flush)
+        try:
+            sums = serve_batch(self.link, run, getattr(self, "gate", None), generation,
+                               lambda fn: self._call(fn, "timing", direct=True))
+        except GateError as exc:
+            raise HarnessFault(str(exc)) from None
+        self._integrity("timing", "a batch")
+        self.batch_run = None if calibration else run
+        return {"done": True, "commitments": sums}
+
+    def op_save_batch(self, index: int, path: str) -> dict[str, Any]:
+        run = self.batch_run
+        if run is None or not 0 <= index < len(run.outputs):
+            raise HarnessFault(f"no kept output of batch call {index}")
+        return self._save(run.outputs[index], path)
 
     def op_kernel_time(self, seed: int) -> dict[str, Any]:
         """A few calls under the profiler, timed as op_time's are: where their GPU work ran
@@ -303,7 +317,7 @@ class CandidateServer:
 
     def _integrity(self, stage: str, when: str) -> None:
         torch = self.torch
-        if _timer_identities(torch) != self.timers:
+        if harness_fingerprint(torch, CandidateServer) != self.timers:
             raise Failure(stage, f"integrity: timing or harness functions were replaced (seen after {when})")
         if self.device == "cuda" and torch.cuda.current_stream() != torch.cuda.default_stream():
             raise Failure(stage, f"integrity: the candidate changed the current CUDA stream (seen after {when})")
@@ -355,19 +369,6 @@ def _describe_exception(exc: BaseException, candidate: str) -> tuple[str, str]:
     message = first_line(exc)
     kind = next((kind for key, kind in EXCEPTION_KINDS if key in message.lower()), "the candidate raised")
     return f"{kind}{where}: {message}", text
-
-
-def _timer_identities(torch: Any) -> list[int]:
-    fns = [time.perf_counter, time.perf_counter_ns, time.time, time.monotonic, torch.cuda.synchronize,
-           torch.cuda.Event.record, torch.cuda.Event.elapsed_time, torch.cuda.Event.synchronize,
-           torch.Tensor.__eq__, torch.equal, torch.isnan, torch.Tensor.clone, torch.save,
-           torch.nn.Module.__call__, torch.utils.cpp_extension.load_inline]
-    from kcoder.evaluate import timedrange, timing, verify
-
-    fns += [verify.check_aliasing, verify.check_unchanged, verify.inputs_equal, verify.guarded_call, verify.perturb,
-            timing.Clock.call, CandidateServer.op_time, CandidateServer.op_batch, CandidateServer._integrity,
-            timedrange.profile_timed_range, timedrange.device_records, timedrange.work_outside_range]
-    return [id(f) for f in fns]
 
 
 def _copy_weights(ref_state: dict[str, Any], new: Any) -> None:

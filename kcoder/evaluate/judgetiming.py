@@ -1,0 +1,96 @@
+"""The judge's use of its own clock (judgeclock.py): the gate pages handed to the processes,
+the candidate's figure (a drawn call of every timed batch checked against the reference and
+against its commitment), and the baselines' figures, all timed the same way."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from kcoder.evaluate.channel import ChannelError, Peer
+from kcoder.evaluate.judgeclock import SAMPLES, BatchClock, Endpoint, Figure, GatePage
+
+PROBE_CALLS = 4  # a first batch pair sizes the batches of an implementation
+
+
+def _gate(judge: Any, peer: Peer, sock: Any, ask: Any) -> GatePage | None:
+    """The gate page of the process behind `peer` (made and handed over once per process)."""
+    if judge.options.device != "cuda":
+        return None
+    from kcoder.evaluate.handoff import send_fd
+
+    pages: dict[int, GatePage] = judge.children.__dict__.setdefault("gate_pages", {})
+    pid = peer.proc.pid
+    if pid not in pages:
+        page = GatePage()
+        try:
+            send_fd(sock, page.fd)
+        except OSError as exc:
+            page.close()
+            judge.harness_error(f"handing the gate page over failed: {exc}")
+        ask(op="gate")
+        pages[pid] = page
+    return pages[pid]
+
+
+def candidate_endpoint(judge: Any) -> Endpoint:
+    peer = judge.cand
+    ask = lambda **request: judge.ask_candidate(judge.left(), "timing", expect="gate", **request)  # noqa: E731
+    return Endpoint(peer, lambda exc: judge.crash("timing", exc),
+                    lambda reply, key: judge._expect(reply, key, "timing"),
+                    _gate(judge, peer, judge.children.cand_share, ask))
+
+
+def reference_endpoint(judge: Any) -> Endpoint:
+    peer = judge.ref
+
+    def fail(exc: ChannelError) -> None:
+        judge.harness_error(f"the reference process failed while timed ({exc.kind}: {exc})",
+                            judge.children.log_tail("reference"))
+
+    def expect(reply: dict[str, Any], key: str) -> dict[str, Any]:
+        if "error" in reply or "problem" in reply:
+            judge.harness_error(f"the reference process failed while timed: "
+                                f"{str(reply.get('error') or reply.get('problem'))[:300]}")
+        if key not in reply:
+            judge.harness_error(f"the reference process sent an unexpected reply (expected {key!r})")
+        return reply
+
+    ask = lambda **request: judge.ask_reference(judge.left(), "timing", **request)  # noqa: E731
+    return Endpoint(peer, fail, expect, _gate(judge, peer, judge.children.ref_share, ask))
+
+
+def _hint_us(clock: BatchClock) -> float:
+    """The implementation's own time per call from a small batch pair (sizes the batches)."""
+    cal = clock.batch(PROBE_CALLS, calibration=True)
+    run = clock.batch(PROBE_CALLS, calibration=False)
+    return max((run.seconds - cal.seconds) / PROBE_CALLS * 1e6, 1.0)
+
+
+def candidate_figure(judge: Any, deadline: float, output_bytes: int) -> Figure:
+    """The candidate's samples by the judge's clock; one drawn call of every timed batch is
+    checked (its output against the reference's for that call's inputs, and against the
+    commitment its process sent before the clock stopped)."""
+    clock = BatchClock(candidate_endpoint(judge), judge.options.device == "cuda", deadline)
+    started = time.monotonic()
+
+    def check(batch: Any) -> None:
+        call = secrets.randbelow(batch.n)
+        judge.checked_batch_call(batch, call, deadline)
+
+    figure = clock.figure(_hint_us(clock), output_bytes, SAMPLES, judge.share_s(), on_batch=check)
+    judge.stages.add("judge_clock", time.monotonic() - started)
+    return figure
+
+
+def baseline_figures(judge: Any, deadline: float, samples: int) -> dict[str, list[float]]:
+    """Eager's and torch.compile's samples by the judge's clock, in the reference process."""
+    impls = ["eager"] + (["compile"] if judge.options.compile_baseline else [])
+    out: dict[str, list[float]] = {}
+    for impl in impls:
+        started = time.monotonic()
+        clock = BatchClock(reference_endpoint(judge), judge.options.device == "cuda", deadline, impl)
+        out[impl] = clock.figure(_hint_us(clock), 0, samples, judge.share_s() / 2).samples
+        judge.stages.add(f"baselines_{impl}", time.monotonic() - started)
+    return out

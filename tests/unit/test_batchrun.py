@@ -1,0 +1,112 @@
+"""The batch every implementation is timed in by the judge's clock (batchrun.py, judgeclock.py;
+issue 40): inputs that depend on the key, replayed exactly by the reference; commitments that
+bind every byte of every output; the judge's reading of its clock against a reported figure."""
+
+import struct
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kcoder.evaluate.batchrun import (  # noqa: E402
+    BatchRun, calibration_module, checksum, commitments, cpu_key, perturbed,
+)
+from kcoder.evaluate.harnesscheck import harness_fingerprint  # noqa: E402
+from kcoder.evaluate.judgeclock import BAND, SLACK_US, GatePage, _commitments, disagreement  # noqa: E402
+
+
+class Affine(torch.nn.Module):
+    def forward(self, x, y, k):
+        return torch.relu(x * 2.0 + y[:, :1]), k + 1
+
+
+def base_inputs():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(64, 96, generator=g), torch.randn(64, 3, generator=g), torch.arange(5)]
+
+
+def test_every_call_is_replayed_exactly_and_committed():
+    base = base_inputs()
+    kept = [t.clone() for t in base]
+    run = BatchRun(torch, "cpu", Affine(), base, 6, keep=True)
+    run.queue(cpu_key(torch, 987654321))
+    sums = run.finish()
+    assert all(torch.equal(a, b) for a, b in zip(base, kept)), "the base input set was written"
+    for i in range(6):
+        replay = Affine()(*perturbed(torch, base, 987654321, 6, i, "cpu"))
+        assert all(torch.equal(a, b) for a, b in zip(run.outputs[i], replay)), f"call {i} not replayed"
+        assert commitments(torch, run.outputs[i]) == sums[i] and len(sums[i]) == 2
+
+
+def test_every_call_sees_densely_different_inputs_that_the_key_decides():
+    base = base_inputs()
+    calls = [perturbed(torch, base, 5, 4, i, "cpu") for i in range(4)]
+    for i in range(3):
+        changed = (calls[i][0] != calls[i + 1][0]).float().mean().item()
+        assert changed > 0.99, f"calls {i} and {i + 1} share {1 - changed:.1%} of their values"
+    other_key = perturbed(torch, base, 6, 4, 0, "cpu")
+    assert (other_key[0] != calls[0][0]).float().mean().item() > 0.99
+    ratio = calls[0][0] / base[0]
+    assert ratio.min().item() >= 1 - 2**-6 and ratio.max().item() <= 1 + 2**-6, "a factor is not small"
+    assert torch.equal(calls[2][2], base[2]), "integer inputs are kept as they are"
+    assert ((calls[0][0] > 0) == (base[0] > 0)).all(), "a sign changed"
+
+
+def test_a_checksum_binds_every_byte_and_not_the_layout():
+    x = torch.randn(33, 17)
+    c = checksum(torch, x)
+    y = x.clone()
+    y[32, 16] = torch.nextafter(y[32, 16], torch.tensor(1e9))  # one bit of one value
+    assert checksum(torch, y) != c
+    assert checksum(torch, x.t().contiguous().t()) == c, "the same values in another layout"
+    odd = torch.arange(7, dtype=torch.uint8)  # bytes that do not divide into words
+    assert checksum(torch, odd).item() == sum(range(7))
+
+
+def test_calibration_returns_outputs_shaped_as_the_implementations():
+    out = Affine()(*base_inputs())
+    cal = calibration_module(torch, out)
+    got = cal(*base_inputs())
+    assert [t.shape for t in got] == [t.shape for t in out] and got[0].dtype == out[0].dtype
+
+
+def test_gate_page_layout():
+    page = GatePage()
+    try:
+        generation = page.next()
+        page.open(0x1234_5678_9ABC, generation)
+        assert struct.unpack_from("<I", page.map, 0)[0] == generation == 1
+        assert struct.unpack_from("<q", page.map, 8)[0] == 0x1234_5678_9ABC
+    finally:
+        page.close()
+
+
+def test_commitments_malformed_by_the_process_are_ones_that_will_not_match():
+    assert _commitments("lies", 3) == [[], [], []]
+    assert _commitments([[1, 2], "x", [3.5, 4]], 3) == [[1, 2], [], [4]]
+
+
+def test_the_judges_clock_against_a_reported_figure():
+    assert disagreement([100.0, 103.0], 100.0, host_bound=False) == ""
+    limit = 100.0 * (1 + BAND) + SLACK_US
+    assert disagreement([limit - 0.5, 300.0], 100.0, host_bound=False) == "", "its fastest sample decides"
+    reason = disagreement([limit + 1, limit + 5], 100.0, host_bound=False)
+    assert "judge's own clock measured at least" in reason
+    assert disagreement([300.0], 100.0, host_bound=True) == "", "a host in the loop is not an accusation"
+
+
+def test_harness_code_replaced_in_place_changes_the_fingerprint():
+    import torch.utils.cpp_extension  # noqa: F401 - the fingerprint covers load_inline
+
+    from kcoder.evaluate import batchrun
+    from kcoder.evaluate.worker import CandidateServer
+
+    before = harness_fingerprint(torch, CandidateServer)
+    assert harness_fingerprint(torch, CandidateServer) == before, "the fingerprint must be stable"
+    original = batchrun.checksum.__code__
+    try:
+        batchrun.checksum.__code__ = (lambda torch, t: t.sum()).__code__  # same function object, new code
+        after = harness_fingerprint(torch, CandidateServer)
+        assert after[0] == before[0] and after[1] != before[1]
+    finally:
+        batchrun.checksum.__code__ = original
