@@ -4,8 +4,8 @@ every implementation (the candidate in its process, eager and torch.compile in t
 The judge's side is judgeclock.py. A batch is one "batch" request, then the clock:
 1. batch {seed, n, calibration}: the process makes input set `seed` (the base), and on the GPU
    queues the whole batch behind a wait on a gate page (shared memory the judge writes): the
-   key's copy to the device, then per call an L2 flush, the call's inputs (the base times dense
-   factors drawn from the key, in a fresh buffer), the call, and the commitment of its outputs
+   key's copy to the device, then per call the call's inputs (the base times dense factors drawn
+   from the key, in a fresh buffer), an L2 flush, the call, and the commitment of its outputs
    (a checksum of every byte, in stream order after the call). It replies "queued".
 2. The judge writes the key and opens the gate (GPU), or sends it in a "go" (cpu): its clock
    starts. The process waits for the device (cpu: runs the calls) and replies "done" with every
@@ -155,7 +155,12 @@ class DeviceGate:
             raise GateError("the driver has no cuStreamWaitValue32")
         wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
         self.wait = wait
+        self.copy = getattr(self.driver, "cuMemcpyHtoDAsync_v2", None) or self.driver.cuMemcpyHtoDAsync
+        self.copy.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         self.key = torch.zeros((), dtype=torch.int64, device="cuda")
+        self.warm: set[str] = set()  # what has run its batch's path once (serve_batch)
+        (self.key & M32).sum()  # the kernels hold() itself launches, loaded now
+        torch.cuda.synchronize()
 
     def hold(self, generation: int) -> Any:
         """Queue, on the current stream, a wait until the page's generation reaches `generation`,
@@ -164,7 +169,12 @@ class DeviceGate:
         rc = self.wait(ctypes.c_void_p(stream), self.dptr, ctypes.c_uint32(generation), CU_STREAM_WAIT_VALUE_GEQ)
         if rc != 0:
             raise GateError(f"cuStreamWaitValue32 failed ({rc})")
-        self.key.copy_(self.host[1], non_blocking=True)  # pinned: the copy reads the page when it runs
+        # The driver's own asynchronous copy: it reads the page when it runs, behind the wait
+        # (torch's copy_ of memory it did not allocate waits for the stream: a deadlock here).
+        rc = self.copy(ctypes.c_uint64(self.key.data_ptr()), ctypes.c_void_p(self.host.data_ptr() + 8),
+                       ctypes.c_size_t(8), ctypes.c_void_p(stream))
+        if rc != 0:
+            raise GateError(f"cuMemcpyHtoDAsync of the key failed ({rc})")
         return self.key & M32
 
 
@@ -186,9 +196,9 @@ class BatchRun:
         torch = self.torch
         factors = Factors(torch, key, self.n, self.base, self.device)
         for i in range(self.n):
-            if self.flush is not None:
-                self.flush()
             inputs = factors.inputs(torch, self.base, i)
+            if self.flush is not None:  # after the inputs are written: the call starts with a cold, clean L2
+                self.flush()
             with torch.no_grad():
                 out = self.model(*inputs)
             del inputs
@@ -205,6 +215,16 @@ class BatchRun:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
         return self.sums.tolist() if self.sums is not None else [[] for _ in range(self.n)]
+
+
+def warm_kernels(run: BatchRun) -> None:
+    """One call of the batch's path, ungated: with CUDA's lazy module loading, the first launch of
+    a kernel loads its module, which waits for the device, and a device held by the gate would
+    never come (a deadlock seen on an H100, torch 2.11)."""
+    torch = run.torch
+    dry = BatchRun(torch, run.device, run.model, run.base, 1, keep=False, flush=run.flush)
+    dry.queue(torch.zeros((), dtype=torch.int64, device=run.device))
+    dry.finish()
 
 
 def cpu_key(torch: Any, key: int) -> Any:
@@ -233,14 +253,18 @@ def calibration_module(torch: Any, template: Any) -> Any:
 
 
 def serve_batch(link: Any, run: BatchRun, gate: DeviceGate | None, generation: int,
-                guard: Any = None) -> list[list[int]]:
+                guard: Any = None, kind: str = "") -> list[list[int]]:
     """The process's side of one batch (see the module's docstring): queue it behind the gate
     (GPU) or wait for "go" (cpu), run it, return every call's commitment. `guard(fn)` runs the
-    implementation's part (the candidate's exceptions become its failure there)."""
+    implementation's part (the candidate's exceptions become its failure there); `kind` names
+    what runs (an implementation, or its calibration) for the first batch's warm-up."""
     guard = guard or (lambda fn: fn())
     if run.device == "cuda":
         if gate is None:
             raise GateError("no gate page was handed over")
+        if kind not in gate.warm:  # every kernel of the batch loaded before any waits on the gate
+            guard(lambda: warm_kernels(run))
+            gate.warm.add(kind)
         key = gate.hold(generation)
         guard(lambda: run.queue(key))
         link.reply(queued=True)

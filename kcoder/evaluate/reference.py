@@ -325,7 +325,8 @@ class ReferenceServer:
             self.flush_bytes, buffer = self.flush_buffer.nbytes, self.flush_buffer
             flush = lambda: flush_l2(buffer)  # noqa: E731
         run = BatchRun(torch, self.device, model, base, n, keep=False, flush=flush)
-        return {"done": True, "commitments": serve_batch(self.link, run, self.gate, generation)}
+        kind = f"{impl}:{'calibration' if calibration else 'run'}"
+        return {"done": True, "commitments": serve_batch(self.link, run, self.gate, generation, kind=kind)}
 
     def _release(self) -> None:
         if self.device == "cuda":

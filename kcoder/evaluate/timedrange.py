@@ -145,12 +145,22 @@ def device_records(events: Iterable[Any], marks: dict[str, str]) -> list[Record]
     events = list(events)
     cpu = [e for e in events if e.device_type() == DeviceType.CPU]
     ranges = [(e.start_ns(), e.end_ns(), e.start_thread_id(), marks[e.name()]) for e in cpu if e.name() in marks]
-    tagged = {}
-    for e in cpu:
+
+    def kind_of(e: Any) -> str | None:
         for lo, hi, thread, kind in ranges:
             if lo <= e.start_ns() and e.end_ns() <= hi and e.start_thread_id() == thread:
-                tagged[e.correlation_id()] = kind
-                break
+                return kind
+        return None
+
+    # A kernel carries the correlation id of its launch (cudaLaunchKernel, cudaMemsetAsync: the
+    # runtime's calls, named cu*), which lies inside the range it came from; torch 2.11 links
+    # a kernel launched outside any ATen op (the markers' sleep) to nothing else. Older torch
+    # linked kernels to their ATen op instead: that link is the fallback.
+    launches, ops = {}, {}
+    for e in cpu:
+        kind = kind_of(e)
+        if kind is not None:
+            (launches if e.name().startswith("cu") else ops)[e.correlation_id()] = kind
     records = []
     for e in events:
         if e.device_type() != DeviceType.CUDA:
@@ -158,8 +168,9 @@ def device_records(events: Iterable[Any], marks: dict[str, str]) -> list[Record]
         activity = e.activity_type() if hasattr(e, "activity_type") else ""
         if "annotation" in str(activity) or e.name() in marks:  # a range's span on the GPU, not work
             continue
+        kind = launches.get(e.correlation_id()) or ops.get(e.linked_correlation_id()) or ""
         records.append(Record(stream=int(e.device_resource_id()), start=e.start_ns() / 1e3, end=e.end_ns() / 1e3,
-                              kind=tagged.get(e.linked_correlation_id(), ""), name=str(e.name())[:80]))
+                              kind=kind, name=str(e.name())[:80]))
     return records
 
 

@@ -262,7 +262,7 @@ class CandidateServer:
         run = BatchRun(torch, self.device, model, base, n, keep=not calibration, flush=flush)
         try:
             sums = serve_batch(self.link, run, getattr(self, "gate", None), generation,
-                               lambda fn: self._call(fn, "timing", direct=True))
+                               lambda fn: self._call(fn, "timing", direct=True), "calibration" if calibration else "")
         except GateError as exc:
             raise HarnessFault(str(exc)) from None
         self._integrity("timing", "a batch")

@@ -13,16 +13,25 @@ from kcoder.evaluate.judgeclock import GatePage
 
 
 def main() -> int:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(25, exit=True)  # a hang shows where it waits
     page = GatePage()
     gate = DeviceGate(torch, os.dup(page.fd))
     x = torch.randn(1 << 20, device="cuda")
     model = torch.nn.ReLU()
     run = BatchRun(torch, "cuda", model, [x], 8, keep=True)
+    from kcoder.evaluate.batchrun import warm_kernels
+
+    warm_kernels(run)
     generation = page.next()
+    print("GATE registered; pinned:", gate.host.is_pinned(), flush=True)
     key = gate.hold(generation)
+    print("GATE held", flush=True)
     t0 = time.perf_counter()
     run.queue(key)
     queued_s = time.perf_counter() - t0
+    print(f"GATE queued in {queued_s * 1e3:.2f} ms", flush=True)
     time.sleep(0.2)
     done_early = torch.cuda.current_stream().query()
     page.open(123456789, generation)

@@ -1,8 +1,8 @@
-"""The judge's outer clock on the GPU (issue 27; marker `gpu`). An honest candidate whose calls
+"""The judge's clock on the GPU (issues 27, 40; marker `gpu`). An honest candidate whose calls
 spend far longer on the host than its kernel takes on the device (the cuDNN/cuBLAS + epilogue
-shape the old rule accused) is accepted; a candidate that reports a third of its device time,
-with honest output, is rejected, whether its calls are device-bound (the plain batch shows it)
-or host-bound (the gated batch shows it).
+shape) is accepted and its figure is its device time (its batch is queued behind the gate, so
+the host's launches stay outside the clock); a candidate that reports a third of its device
+time, with honest output, is refused, whether its calls are device-bound or host-bound.
 
 The under-reporting attack (tests/sources.py:UNDER_REPORT_3X) needs static_checks=False: the
 static checks refuse its import of kcoder; this tests the layer behind them.
@@ -19,7 +19,7 @@ from sources import UNDER_REPORT_3X, cuda_candidate_source
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-OUTER_CLOCK = "the judge's own clock measured"
+OUTER_CLOCK = "the judge's own clock measured at least"
 BUSY_REPS = 100_000  # dependent steps per element: about a millisecond on an H100 (512K elements)
 
 
@@ -43,29 +43,26 @@ def _eval(tmp_path: Path, forward: str, header: str = "", **options):
     return evaluate(PROBLEMS / "scale_add.py", path, fast_options(device="cuda", compile_baseline=False, **options))
 
 
-def _clock_note(verdict) -> tuple[str, float, float, float]:
+def _clock_note(verdict) -> tuple[str, float, float]:
     note = next(n for n in verdict.notes if n.startswith("judge's clock:"))
-    own, harness, claimed = (float(x) for x in re.search(
-        r"judge's clock: ([\d.]+)(?: ± [\d.]+)? us per call .* own ([\d.]+) us per call .*reported ([\d.]+) us",
-        note).groups())
-    return note, own, harness, claimed
+    judged, claimed = (float(x) for x in re.search(
+        r"judge's clock: ([\d.]+) us per call .*reported ([\d.]+) us per call", note).groups())
+    return note, judged, claimed
 
 
 def test_honest_host_bound_candidate_accepted(tmp_path):
-    """~0.5 ms of host work per call before a kernel of a few us: the old rule (batch less an empty
-    round trip, against 3x the claim + 100 us) called this timer tampering."""
+    """~0.5 ms of host work per call before a kernel of a few us: its figure is the device's time."""
     verdict = _eval(tmp_path, _host_work(500e-6) + "return _ext.scale_add_relu(x, y, self.scale)")
     assert verdict.correct and verdict.stage == "done", verdict.reason
-    note, own, harness, claimed = _clock_note(verdict)
+    note, judged, claimed = _clock_note(verdict)
     print(f"\nOUTER CLOCK honest host-bound: {note}")
-    assert "GPU gate" in note, note
-    assert own + harness > 3 * claimed + 100, f"the old rule would have passed it anyway: {note}"
+    assert "host was in the loop" not in note, note
+    assert judged < 100, f"the host's 500 us per call reached the judge's figure: {note}"
 
 
 def test_a_third_of_the_device_time_reported_is_rejected(tmp_path):
-    """The busy kernel reported truly is accepted; reported at a third it is rejected, with the
-    host idle (device-bound) and with twice its device time of host work per call (host-bound:
-    only the gated batch separates the device's time)."""
+    """The busy kernel reported truly is accepted; reported at a third it is refused, with the
+    host idle (device-bound) and with twice its device time of host work per call (host-bound)."""
     busy = f"return _ext.busy_scale_add_relu(x, y, self.scale, {BUSY_REPS})"
     honest = _eval(tmp_path, busy)
     assert honest.correct and honest.stage == "done", honest.reason
@@ -76,5 +73,3 @@ def test_a_third_of_the_device_time_reported_is_rejected(tmp_path):
         print(f"OUTER CLOCK under-report 3x, {label}: {verdict.reason}")
         assert not verdict.correct and verdict.reward == -1 and verdict.stage == "timing", verdict.reason
         assert OUTER_CLOCK in verdict.reason, verdict.reason
-        if label == "host-bound":
-            assert "GPU gate" in verdict.reason, verdict.reason
