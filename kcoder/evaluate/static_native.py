@@ -1,5 +1,7 @@
-"""Static checks on the C++/CUDA text of a candidate: every string constant of the file, with
-comments and C++ string literals blanked (line numbers kept) and line splices joined.
+"""Static checks on the C++/CUDA text of a candidate: every string constant of the file, read
+as the compiler reads it (static_text.py: comments and literals blanked, line splices joined,
+digraphs and universal character names read), and once more with the macros it defines
+expanded and `##` pasted, so a name spelled through the preprocessor is still that name.
 
 Names that are also English words or common C++ identifiers (`write`, `open`, `clone`, `bind`,
 `system`, `kill`) count only as calls or when their address is taken, and only in strings that
@@ -14,10 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-# Comments, string literals and char literals, in one pass (leftmost wins, so a `//` inside a
-# string is not a comment). A char literal is one character or one escape: `1'000'000` (C++14
-# digit separators) is code, not a literal.
-_NON_CODE = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\[^\'\n]{1,9}|[^\'\\\n])\'|//[^\n]*|/\*.*?\*/', re.S)
+from kcoder.evaluate.static_text import code_only, line_at, literals_blanked, preprocessed, with_literals
 
 # A call (not a method: `x.clone()`, `cg::wait()`), or the function's address taken (`&kill`, `= system;`).
 _CALL = r"(?<![\w.>:])(?:::\s*)?\b(?:{names})\s*\("
@@ -39,7 +38,7 @@ _FILE_WORDS = r"open|unlink|rename|mkdir|rmdir|chmod|chown|pipe"
 _FD_WORDS = r"write|pwrite|writev|pwritev|read|pread|close|dup|lseek|fsync|ioctl|fcntl"
 _NETWORK = (r"\bsocket\s*\(|\bsockaddr\w*|\bAF_(?:INET6?|UNIX|LOCAL|NETLINK|PACKET)\b|\bgetaddrinfo\b|"
             r"\bgethostbyname\w*|\binet_(?:addr|pton|aton)\b|\bhtons\b")
-_SYMBOLS = (r"\bdl(?:open|mopen|sym|vsym|info|addr|iterate_phdr|close)\b|\bRTLD_\w+|\bLD_PRELOAD\b|\b__libc_\w+|"
+_SYMBOLS = (r"\bdl(?:open|mopen|sym|vsym|info|addr1?|_?iterate_phdr|close)\b|\bRTLD_\w+|\bLD_PRELOAD\b|\b__libc_\w+|"
             r"\b_dl_\w+")
 # Timer and CUDA runtime/driver symbols a candidate must never define itself.
 TIMER_SYMBOLS = (r"cudaEvent(?:ElapsedTime|Record|RecordWithFlags|Synchronize|Query|Create|CreateWithFlags|Destroy)|"
@@ -110,15 +109,6 @@ _LOOKS_LIKE_CODE = re.compile(r"[;{}][ \t]*$|^\s*#\s*(?:include|define|if|pragma
 PROC_PATH = re.compile(r"(?<![\w.])/proc(?:/|\b)|/dev/(?:fd|shm|mem|kmem|tcp|udp)\b|\bproc/self\b")
 
 
-def code_only(text: str) -> str:
-    """`text` with comments and string/char literals blanked (newlines kept) and `\\`-newline
-    splices joined at the end of their logical line, as the compiler reads it."""
-    def blank(m: re.Match[str]) -> str:
-        return re.sub(r"[^\n]", " ", m.group(0))
-
-    return _NON_CODE.sub(blank, text.replace("\\\n", ""))
-
-
 def native_findings(text: str, allow: list[str]) -> Iterator[tuple[str, int, str]]:
     """(check, line offset within `text`, message) for each C++/CUDA trick in one string."""
     m = PROC_PATH.search(text)
@@ -129,19 +119,31 @@ def native_findings(text: str, allow: list[str]) -> Iterator[tuple[str, int, str
     if alias:
         yield ("timer-hijack", text[: alias.start()].count("\n"),
                f"C++/CUDA source gives a symbol the name `{alias.group(1)}` (asm label or alias)")
-    code = code_only(text)
+    code, kept = code_only(text), with_literals(text)
     looks_like_code = _LOOKS_LIKE_CODE.search(code) is not None
+    views = [(code, kept)]
+    expanded = preprocessed(kept)  # macros expanded and `##` pasted, for names spelled through them
+    if expanded is not None and expanded != kept:
+        views.append((literals_blanked(expanded), expanded))
     seen: set[str] = set()  # one finding per check and string
+    for code_view, _kept in views:
+        for check, line, message in _view_findings(code_view, looks_like_code, allow, seen):
+            if check not in seen:
+                seen.add(check)
+                yield check, line, f"C++/CUDA source {message}"
+
+
+def _view_findings(code: str, looks_like_code: bool, allow: list[str],
+                   seen: set[str]) -> Iterator[tuple[str, int, str]]:
     for pattern, check, message, words in _COMPILED:
         if (check == "library-gemm" and "gemm" in allow) or (check == "library-conv" and "conv" in allow):
             continue
-        if (words and not looks_like_code) or check in seen:
+        if check in seen:
             continue
-        m = pattern.search(code)
+        m = pattern.search(code) if looks_like_code or not words else None
         if m:
-            seen.add(check)
-            yield check, code[: m.start()].count("\n"), f"C++/CUDA source {message} (`{m.group(0).strip()}`)"
+            yield check, line_at(code, m.start()), f"{message} (`{m.group(0).strip()}`)"
     definition = _DEFINITION.search(code)
     if definition:
-        yield ("timer-hijack", code[: definition.start()].count("\n"),
-               f"C++/CUDA source defines `{definition.group(1)}` (replaces a timer or CUDA runtime function)")
+        yield ("timer-hijack", line_at(code, definition.start()),
+               f"defines `{definition.group(1)}` (replaces a timer or CUDA runtime function)")
