@@ -8,8 +8,9 @@ Names that are also English words or common C++ identifiers (`write`, `open`, `c
 read as C/C++; names with no honest use in a kernel (`fork`, `setsid`, `execve`, ...) count as
 calls in any string and anywhere in C/C++ text, so a function pointer to one is caught too.
 Timer and CUDA runtime symbols count only when the candidate *defines* them (a call is
-honest). Python reached from C++ is static_interp.py's. These checks are a first line: the
-sandbox and the dynamic checks back them up.
+honest). Python reached from C++ is static_interp.py's; load-time code, allocators, page
+protection, signals and symbol tables are static_lowlevel.py's. These checks are a first line:
+the sandbox and the dynamic checks back them up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from collections.abc import Iterator
 
 from kcoder.evaluate.static_interp import interpreter_findings
+from kcoder.evaluate.static_lowlevel import lowlevel_findings
 from kcoder.evaluate.static_text import code_only, line_at, literals_blanked, literals_read, preprocessed, with_literals
 
 # A call (not a method: `x.clone()`, `cg::wait()`), or the function's address taken (`&kill`, `= system;`).
@@ -145,6 +147,7 @@ def _view_findings(code: str, kept: str, looks_like_code: bool, cpp_like: bool, 
     if "python-from-cpp" not in seen:
         for line, message in interpreter_findings(code, kept, read, cpp_like):
             yield "python-from-cpp", line, message
+    yield from lowlevel_findings(code, kept, read, cpp_like)
     definition = _DEFINITION.search(code)
     if definition:
         yield ("timer-hijack", line_at(code, definition.start()),
