@@ -39,7 +39,7 @@ C_API = (r"\b(?:PyObject_\w+|PyRun_\w+|PyImport_\w+|PyEval_(?!SaveThread\b|Resto
          r"PyAST_\w+|PyParser_\w+|PyDescr_\w+|PyMember_\w+|PyGen_\w+|PyCoro_\w+|Py_SET_\w+|"
          r"Py_(?:Initialize|Finalize|NewInterpreter|EndInterpreter|Main|RunMain|AtExit|Exit)\w*|"
          r"Py(?:Function|Code|Frame|Module|CFunction|Method|Type|Gen|Coro|Cell|Dict)Object|PyTypeObject|"
-         r"ml_meth|m_ml|md_dict|ob_type)\b")
+         r"Py_TYPE|Py_SET_TYPE|ml_meth|m_ml|md_dict|ob_type)\b")
 # The slots of Python's objects, as C reaches them (`Py_TYPE(f)->tp_call`, `fn->func_code`).
 SLOTS = (r"(?:->|\.)\s*(?:tp_(?:call|dict|getattro|setattro|getattr|setattr|new|init|vectorcall\w*|methods|members|"
          r"getset|descr_get|descr_set|base|bases|mro|flags|dealloc|as_\w+)|func_(?:code|globals|closure|defaults|"

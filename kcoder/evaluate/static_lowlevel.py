@@ -40,7 +40,8 @@ CODE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
      r"\bcow\s*::|\b_?lazy_clone\w*|\bCOW(?:Deleter\w*|\.h)\b|\bcow_deleter\w*|\bmake_data_ptr\b|"
      r"\bInefficientStdFunctionContext\b|\bcompare_exchange_deleter\b|\bunsafe_reset_data_and_ctx\b|"
      r"\brelease_context\b|\bset_data_ptr\w*|\bunsafe_set_storage\b|\bset_storage_\w+|\b\w*StorageImplCreate\w*|"
-     r"\bDataPtr\s+allocate\s*\(|\braw_deleter\s*\(\s*\)\s*const\b|"
+     r"\bDataPtr\s+allocate\s*\(|\ballocate\s*\([^;{}()]{0,80}\)\s*const\s*->\s*[\w:]*DataPtr\b|"
+     r"\braw_deleter\s*\(\s*\)\s*const\b|"
      r"\bcopy_data\s*\(", _ALLOC),
     (r"\b(?:mprotect|pkey_\w+|madvise|posix_madvise|process_madvise|userfaultfd|mremap|remap_file_pages)\s*\(|"
      r"\b(?:(?:__NR_|SYS_)(?:mprotect|pkey_\w+|madvise|process_madvise|mremap|remap_file_pages)|"

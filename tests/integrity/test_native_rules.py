@@ -41,7 +41,9 @@ REFUSED = {
     "c-api-sys": (fn('PySys_GetObject("modules");'), PY, "PySys_GetObject"),
     "c-api-internal": (fn("_PyObject_GetDictPtr(o.ptr());"), PY, "_PyObject_GetDictPtr"),
     "c-api-struct": (fn("((PyFunctionObject*)o.ptr())->func_code = nullptr;"), PY, "PyFunctionObject"),
-    "c-api-slot": (fn("Py_TYPE(o.ptr())->tp_call = nullptr;"), PY, "->tp_call"),
+    "c-api-slot": (fn("auto* t = (PyTypeObject*)o.ptr(); t->tp_call = nullptr;"), PY, "PyTypeObject"),
+    "c-api-slot-only": (fn("auto* t = type_of(o); t->tp_call = nullptr;"), PY, "->tp_call"),
+    "c-api-type": (fn("*(void**)((char*)Py_TYPE(o.ptr()) + 128) = nullptr;"), PY, "Py_TYPE"),
     # pybind11 reaching Python, in every spelling
     "import-py": (fn('auto t = py::module_::import("time");'), PY, "py::module_::import"),
     "import-pybind11": (fn('auto t = pybind11::module_::import("time");'), PY, "pybind11::module_::import"),
@@ -120,6 +122,8 @@ REFUSED = {
     "allocator-subclass-at": (cpp("class Lazy final : at::Allocator {\n};\n"), "allocator", "Allocator"),
     "allocator-override": (cpp("struct L {\n    c10::DataPtr allocate(size_t n) const { return {}; }\n};\n"),
                            "allocator", "DataPtr allocate"),
+    "allocator-trailing-return": (cpp("struct L {\n    auto allocate(size_t n) const -> c10::DataPtr { return {}; }"
+                                      "\n};\n"), "allocator", "-> c10::DataPtr"),
     "allocator-copy-data": (cpp("struct L {\n    void copy_data(void* d, const void* s, size_t n) const { }\n};\n"),
                             "allocator", "copy_data"),
     "set-allocator": (cpp("void f(c10::Allocator* a) { c10::SetAllocator(c10::DeviceType::CPU, a); }\n"),
