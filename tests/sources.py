@@ -258,8 +258,9 @@ cudaError_t launch_scale_add_relu(const float* a, const float* b, float* o, int6
     return cudaGetLastError();
 }
 
-// Launches on a private stream the timer does not see (token pasting hides the API name
-// from the static check: this is the dynamic check's test) and does not wait for it.
+// Launches on a private stream the timer does not see (a token paste whose macro the candidate
+// file holds in another string constant hides the API name from the static checks, which read
+// one constant at a time: this is the dynamic check's test) and does not wait for it.
 #define KC_PASTE(a, b) a##b
 cudaError_t launch_hidden_stream(const float* a, const float* b, float* o, int64_t n, float s,
                                  cudaStream_t current) {
@@ -276,8 +277,14 @@ CUDA_TESTLIB_FUNCTIONS = ["scale_add_relu", "out_of_bounds", "never_launched", "
 
 
 def cuda_candidate_source(forward_body: str) -> str:
-    """A CUDA candidate for tests/problems/scale_add.py built from CUDA_TESTLIB_*."""
+    """A CUDA candidate for tests/problems/scale_add.py built from CUDA_TESTLIB_*. The .cu text
+    is two string constants joined at run time, split after KC_PASTE's definition: the static
+    checks expand the macros of one constant, and the hidden stream must reach the dynamic check
+    (the source built is CUDA_TESTLIB_CU byte for byte, so the one build is shared as before)."""
     body = "\n".join("        " + line for line in forward_body.strip("\n").splitlines())
+    split = CUDA_TESTLIB_CU.index("#define KC_PASTE")
+    split = CUDA_TESTLIB_CU.index("\n", split) + 1
+    head, tail = CUDA_TESTLIB_CU[:split], CUDA_TESTLIB_CU[split:]
     return f'''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -285,7 +292,7 @@ from torch.utils.cpp_extension import load_inline
 _ext = load_inline(
     name="kcoder_cuda_testlib",
     cpp_sources=[{CUDA_TESTLIB_CPP!r}],
-    cuda_sources=[{CUDA_TESTLIB_CU!r}],
+    cuda_sources=[{head!r} + {tail!r}],
     functions={CUDA_TESTLIB_FUNCTIONS!r},
     extra_cuda_cflags=["-O3"],
 )

@@ -3,7 +3,9 @@
 Python is checked on the AST (static_python.py, with the tables in static_rules.py): modules
 whose every use is a trick are refused at import, other modules by the names the code reaches
 in them. The C++/CUDA sources, which are string constants of the file, are checked by patterns
-with comments and literals blanked (static_native.py). These checks are a first line; the
+on the text as the compiler reads it, macros expanded (static_native.py, with static_interp.py
+for Python reached from C++ and static_lowlevel.py for load-time code, allocators, page
+protection, signals and symbol lookups). These checks are a first line; the
 sandbox, the run-time guard and the dynamic checks in verify/timing back them up.
 """
 

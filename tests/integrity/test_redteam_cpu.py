@@ -52,6 +52,20 @@ CPP_CHEATS = {
     "cpp-static-cache": ("static torch::Tensor cached;", "[state]"),
     "cpp-static-map": ("static std::unordered_map<int64_t, torch::Tensor> memo;", "[state]"),
     "cpp-python-callback": ("void p() { py::module_::import(\"torch\"); }", "[python-from-cpp]"),
+    # issue 40: the clock's __code__ replaced through the pybind11:: spelling, from a load-time
+    # constructor; lazy outputs from an allocator of the candidate's own; faults turned into work
+    "cpp-code-swap": ("__attribute__((constructor)) static void swap() {\n"
+                      "    auto f = pybind11::module_::import(\"time\").attr(\"perf_counter\");\n}",
+                      "[load-time-code]"),
+    "cpp-pybind11-code": ("void swap(pybind11::object f, pybind11::object g) {\n"
+                          "    pybind11::setattr(f, \"__code__\", g);\n}", "[python-from-cpp]"),
+    "cpp-lazy-allocator": ("struct Lazy final : public c10::Allocator {\n"
+                           "    void copy_data(void* d, const void* s, std::size_t n) const override {}\n};",
+                           "[allocator]"),
+    "cpp-page-trap": ("#include <sys/mman.h>\nvoid trap(void* p, size_t n) { mprotect(p, n, PROT_NONE); }",
+                      "[page-protection]"),
+    "cpp-driver-by-name": ("void* f() { void* fn; cuGetProcAddress(\"cuLaunchKernel\", &fn, 12000, 0); return fn; }",
+                           "[symbol-hijack]"),
 }
 
 
