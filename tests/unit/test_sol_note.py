@@ -1,6 +1,7 @@
-"""A time faster than physics is a finding, not a reward (issue 27, item 4): a GPU candidate
-timed under two thirds of its problem's speed-of-light time gets at most reward 1, and the
-verdict says why."""
+"""Faster than the speed of light is a note, not a finding (issue 40, item 6): the SOL counts the
+reference graph's FLOPs and tensors, and a verified rewrite may do less (on an H100,
+14_Gemm_Divide_Sum_Scaling at 24x vs torch.compile). Only the physical floor refuses a time
+(test_physical_floor.py)."""
 
 from kcoder.evaluate.summary import record_timings
 from kcoder.evaluate.timing import Timings
@@ -14,29 +15,31 @@ def _verdict(candidate_us: float, sol_us: float | None, device: str = "cuda") ->
     return v
 
 
-def test_under_two_thirds_of_the_sol_gets_no_speedup_reward():
-    v = _verdict(candidate_us=6.0, sol_us=10.0)  # 60% of the SOL's time: 1.67x faster than physics
-    assert v.speedup_vs_compile > 10 and v.reward == 1
-    assert "IMPLAUSIBLE" in v.reason
-    assert any(n.startswith("implausible: the candidate's 6.0 us is under 67%") for n in v.notes), v.notes
+def test_under_two_thirds_of_the_sol_is_a_note_and_keeps_its_reward():
+    for device in ("cuda", "cpu"):
+        v = _verdict(candidate_us=6.0, sol_us=10.0, device=device)  # 167% of the SOL
+        assert v.reward == 3 and v.correct and not v.implausible
+        assert "IMPLAUSIBLE" not in v.reason and "167% of the speed of light" in v.reason
+        note = next(n for n in v.notes if n.startswith("faster than the speed of light"))
+        assert note.startswith("faster than the speed of light: 6.0 us is under 67% of the reference graph's "
+                               "10.0 us (memory-bound at the measured ceilings)")
+        assert note.endswith("a note, not a finding (only the physical floor refuses a time)")
+        assert len(note) <= 300  # the verdict's notes are capped there (runner.finish)
 
 
-def test_near_the_sol_keeps_its_reward():
+def test_near_the_sol_has_no_note():
     v = _verdict(candidate_us=7.0, sol_us=10.0)  # 70%: within what measurement allows
-    assert v.reward == 3 and "IMPLAUSIBLE" not in v.reason
-    assert not any(n.startswith("implausible") for n in v.notes)
+    assert v.reward == 3 and not any(n.startswith("faster than the speed of light") for n in v.notes)
 
 
-def test_no_sol_or_cpu_target_decides_nothing():
-    assert _verdict(candidate_us=1.0, sol_us=None).reward == 3
-    assert _verdict(candidate_us=1.0, sol_us=10.0, device="cpu").reward == 3
+def test_no_sol_decides_nothing():
+    v = _verdict(candidate_us=1.0, sol_us=None)
+    assert v.reward == 3 and not v.notes
 
 
-def test_the_agent_ranks_an_implausible_time_as_no_time():
+def test_the_agent_ranks_a_verified_rewrite_by_its_time():
     from kcoder.agent.loop import rank
 
-    fast_but_impossible = _verdict(candidate_us=6.0, sol_us=10.0)
-    plausible = _verdict(candidate_us=50.0, sol_us=10.0)
-    assert fast_but_impossible.implausible and not plausible.implausible
-    assert rank(plausible) > rank(fast_but_impossible)
-    assert Verdict.from_dict(fast_but_impossible.to_dict(), strict=True).implausible  # it travels as JSON
+    rewrite = _verdict(candidate_us=6.0, sol_us=10.0)  # faster than light, above any floor
+    plain = _verdict(candidate_us=50.0, sol_us=10.0)
+    assert rank(rewrite) > rank(plain)
