@@ -66,6 +66,17 @@ class DeviceLimits:
         below = [rate for size, rate in sizes if size <= nbytes]
         return below[-1] if below else sizes[0][1]
 
+    def fastest_copy_up_to(self, nbytes: float) -> float:
+        """The fastest copy rate (read+write bytes/s) measured at any working set up to `nbytes`:
+        the device's ceiling, the curve's sizes and the problems' own sizes not above it (all
+        of them when `nbytes` is under every size measured). The physical floor's rate
+        (evaluate/floor.py): a kernel whose data stays in a cache is never slower than the
+        best copy of a working set that fits there, and one slow measurement changes nothing."""
+        sized = [(int(k), v) for table in (self.copy_curve or {}, self.size_rates or {})
+                 for k, v in table.items() if isinstance(v, (int, float)) and v > 0]
+        fit = [v for size, v in sized if size <= nbytes]
+        return max([self.copy_bytes_per_s, *(fit or [v for _, v in sized])])
+
     def flops_per_s(self, precision: str) -> float:
         """The matmul rate a candidate may reach under the precision policy (relaxed: the
         fastest of fp32, TF32 and bf16 that was measured)."""
@@ -217,8 +228,11 @@ def measure_limits(torch: Any) -> DeviceLimits:
                                f"fp32 matmul {n}^3, TF32 off (and on; and bf16)",
                         tf32_flops_per_s=flop / (tf32_ms * 1e-3), bf16_flops_per_s=flop / (bf16_ms * 1e-3))
 
-# Working sets (read+write bytes) of the cpu copy curve: 256 KiB to 1 GiB, x4 apart.
-CPU_CURVE_BYTES = [1 << s for s in range(18, 31, 2)]
+# Working sets (read+write bytes) of the cpu copy curve: 256 KiB to 1 GiB, x2 apart (the
+# fastest rate, where a cache's share per thread fits, is the physical floor's; x4 steps
+# could miss it by half). Not below: there torch's ~1 us per copy call dominates and a
+# smaller copy reads slower, not faster (16 KiB: 16 GB/s where 1 MiB reached 115, 2 threads).
+CPU_CURVE_BYTES = [1 << s for s in range(18, 31)]
 CPU_MATMUL_N = 1024
 
 
@@ -236,8 +250,9 @@ def limits_for(torch: Any, device: str) -> tuple[DeviceLimits, bool]:
     """The device's ceilings and whether they were measured just now (else cached)."""
     key = device_key(torch, device)
     cached = load_limits(key)
-    # an entry the profiler cached before the relaxed rates were measured is measured again
-    if cached is not None and (device == "cpu" or cached.tf32_flops_per_s is not None):
+    # an entry cached before the relaxed rates (gpu) or the whole curve (cpu) were measured is measured again
+    if cached is not None and (cached.tf32_flops_per_s is not None if device == "cuda" else
+                               set(map(str, CPU_CURVE_BYTES)) <= set(cached.copy_curve or {})):
         return cached, False
     limits = measure_limits(torch) if device == "cuda" else measure_cpu(torch)
     limits.device = key
@@ -282,6 +297,6 @@ def measure_cpu(torch: Any) -> DeviceLimits:
     return DeviceLimits(device="cpu", copy_bytes_per_s=curve[str(CPU_CURVE_BYTES[-1])],
                         fp32_flops_per_s=flop / fp32_s, bf16_flops_per_s=flop / bf16_s,
                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), torch_version=torch.__version__,
-                        method=f"torch on {torch.get_num_threads()} threads: copies of 256 KiB to 1 GiB "
+                        method=f"torch on {torch.get_num_threads()} threads: copies of 256 KiB to 1 GiB, x2 apart "
                                f"(read+write bytes); fp32 and bf16 matmul {n}^3",
                         copy_curve=curve)

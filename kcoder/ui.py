@@ -113,6 +113,8 @@ def verdict_table(v: Verdict) -> Any:
         ]
     if v.sol_us is not None:
         rows += [("speed of light", sol_text(v)), ("share of SOL", sol_shares(v))]
+    if v.floor_us is not None:
+        rows.append(("physical floor", f"{_us(v.floor_us)} ({v.floor_basis})"))
     for note in v.notes:
         rows.append(("note", note))
     for key, value in rows:

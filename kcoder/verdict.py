@@ -60,8 +60,13 @@ class Verdict:
     eager_sol_fraction: float | None = None
     compile_sol_fraction: float | None = None
     candidate_sol_fraction: float | None = None
-    # A GPU time under 2/3 of the SOL's (evaluate/summary.py): the finding, in words; "" when
-    # plausible. Such a verdict earns no speed-up reward and reaches no target.
+    # The physical floor (evaluate/floor.py): the least time any correct implementation takes
+    # (the inputs its outputs depend on read once, its outputs written once, at the fastest
+    # measured copy rate, with a margin), and that in words. A time under it is refused.
+    floor_us: float | None = None
+    floor_basis: str = ""
+    # A candidate's time under the physical floor: the refusal, in words ("" otherwise). Faster
+    # than the FLOP-based SOL alone is a note, never this (a verified rewrite may do less work).
     implausible: str = ""
     notes: list[str] = field(default_factory=list)
     log: str = ""  # trimmed compiler output or traceback, for people and for the agent

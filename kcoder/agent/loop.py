@@ -68,7 +68,8 @@ class RunResult:
 def rank(v: Verdict) -> tuple[bool, float, float]:
     """Sort key of verified verdicts, best last: timed above untimed (its speed-ups are
     known and go into reports and commits), then by speed-up over torch.compile, then eager.
-    A time faster than the speed of light allows counts as no time (evaluate/summary.py)."""
+    A time under the physical floor counts as no time (evaluate/floor.py; such a verdict is
+    also refused)."""
     if v.implausible:
         return (False, 0.0, 0.0)
     return (v.candidate_us is not None, v.speedup_vs_compile or 0.0, v.speedup_vs_eager or 0.0)

@@ -269,18 +269,26 @@ class ReferenceServer:
         return {"peak_mb": (self.torch.cuda.max_memory_allocated() - fixed) / 2**20}
 
     def op_sol(self) -> dict[str, Any]:
-        """The speed of light of one reference call (evaluate/sol.py); the device's ceilings
-        are measured here the first time (asked while no candidate process is alive)."""
+        """The speed of light of one reference call (evaluate/sol.py) and the physical floor
+        (evaluate/floor.py); the device's ceilings are measured here the first time (asked
+        while no candidate process is alive)."""
         from kcoder.device_limits import limits_for
+        from kcoder.evaluate.floor import floor_figures
         from kcoder.evaluate.sol import count_work, own_size_rate, speed_of_light
 
         try:
             work = count_work(self.torch, self.model, self.inputs(self.options.seed))
             limits, _ = limits_for(self.torch, self.device)
             own = own_size_rate(self.torch, self.device, limits, work["min_bytes"])  # data in L2 is faster
-            return speed_of_light(work, limits, self.options.precision, own)
+            figures = speed_of_light(work, limits, self.options.precision, own)
         except Exception as exc:  # information only: never the evaluation's failure
             return {"sol_error": first_line(exc)[:200]}
+        try:
+            figures.update(floor_figures(self.torch, self.model, self.inputs, self.options.seed, limits,
+                                         work["min_bytes"], own))
+        except Exception as exc:  # no floor: nothing is refused for its time
+            figures["floor_error"] = first_line(exc)[:200]
+        return figures
 
     def op_baselines(self, seeds: list[int], warmup: list[int], min_rounds: int, budget_s: float) -> dict[str, Any]:
         """Eager and torch.compile timed in random order per round, each on fresh inputs."""

@@ -106,18 +106,21 @@ def copy_rate_at(torch: Any, device: str, nbytes: int, calls: int = OWN_SIZE_CAL
 
 
 def record_sol(verdict: Any, figures: dict[str, Any]) -> None:
-    """The reference process's SOL figures into the verdict (judge side: only numbers and
-    one line of text are taken)."""
+    """The reference process's SOL and physical floor figures into the verdict (judge side:
+    only numbers and lines of text are taken)."""
     if figures.get("sol_error"):
         verdict.notes.append(f"speed of light not measured: {str(figures['sol_error'])[:200]}")
         return
-    for name in ("flops", "min_bytes", "sol_us"):
+    for name in ("flops", "min_bytes", "sol_us", "floor_us"):
         value = figures.get(name)
         if isinstance(value, (int, float)) and value >= 0:
-            setattr(verdict, name, round(float(value), 3) if name == "sol_us" else value)
+            setattr(verdict, name, round(float(value), 3) if name.endswith("_us") else value)
     if figures.get("sol_bound") in ("memory", "compute"):
         verdict.sol_bound = figures["sol_bound"]
     verdict.sol_ceilings = str(figures.get("sol_ceilings", ""))[:200]
+    verdict.floor_basis = str(figures.get("floor_basis", ""))[:200]
+    if figures.get("floor_error"):
+        verdict.notes.append(f"physical floor not measured: {str(figures['floor_error'])[:200]}")
 
 
 def sol_fraction(sol_us: float | None, time_us: float | None) -> float | None:

@@ -41,6 +41,11 @@ def test_pointwise_example_sol_is_bytes_over_measured_bandwidth():
     assert v.candidate_sol_fraction == pytest.approx(v.sol_us / v.candidate_us, rel=1e-3)
     assert v.compile_sol_fraction is None  # --no-compile
     assert "of the speed of light" in v.reason
+    # the physical floor: x read and the output written once (weight and bias may be folded)
+    assert f"read {rows * features * 4 / 2**20:.1f} MiB of inputs once and write 32.0 MiB of outputs" in v.floor_basis
+    assert v.floor_us and v.candidate_us > 2 * v.floor_us, (v.candidate_us, v.floor_us, v.floor_basis)
+    print(f"FLOOR elementwise_chain: {v.floor_us:.1f} us ({v.floor_basis}); candidate {v.candidate_us:.1f} us, "
+          f"eager {v.eager_us:.1f} us")
 
 
 def test_reference_only_measurement_counts_matmul_flops():

@@ -1,0 +1,251 @@
+"""The physical floor (evaluate/floor.py, issue 40 item 6): a time under the least time in which
+any correct implementation can read its inputs and write its outputs is refused on every
+device; faster than the FLOP-based speed of light alone is not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from kcoder.device_limits import DeviceLimits
+from kcoder.evaluate.floor import FLOOR_MARGIN, floor_figures, physical_floor, under_floor
+from kcoder.evaluate.summary import record_timings
+from kcoder.evaluate.timing import Timings
+from kcoder.verdict import Verdict
+
+MIB = 1 << 20
+
+
+def _verdict(candidate_us: float, floor_us: float | None, device: str = "cpu", sol_us: float | None = None,
+             eager_us: float = 100.0) -> Verdict:
+    v = Verdict(device=device, correct=True, n_input_sets=5, sol_us=sol_us, sol_bound="compute",
+                floor_us=floor_us, floor_basis="0.5x the time to read 48.0 MiB of inputs once and write "
+                                               "16.0 MiB of outputs once at 5,200.0 GB/s measured")
+    samples = {"eager": [eager_us] * 5, "compile": [0.9 * eager_us] * 5, "candidate": [candidate_us] * 5}
+    record_timings(v, Timings(samples))
+    return v
+
+
+# --- the arithmetic -----------------------------------------------------------------------------
+def test_the_floor_is_the_bytes_at_the_rate_times_the_margin():
+    figures = physical_floor(48 * MIB, 16 * MIB, 5.2e12)
+    assert FLOOR_MARGIN == 0.5
+    assert figures["floor_us"] == pytest.approx(0.5 * 64 * MIB / 5.2e12 * 1e6)  # 6.45 us
+    assert figures["floor_basis"] == ("0.5x the time to read 48.0 MiB of inputs once and write 16.0 MiB of "
+                                      "outputs once at 5,200.0 GB/s measured")
+    assert "1 argument the outputs ignore not counted" in physical_floor(1, 4, 1e9, ignored=1)["floor_basis"]
+    assert "4 B of outputs" in physical_floor(0, 4, 1e9)["floor_basis"]
+
+
+def test_the_rate_is_the_fastest_measured_up_to_the_footprint():
+    cpu = DeviceLimits(device="cpu", copy_bytes_per_s=25e9, fp32_flops_per_s=1e11,
+                       copy_curve={str(1 << 18): 63e9, str(1 << 20): 115e9, str(1 << 22): 97e9, str(1 << 30): 25e9},
+                       size_rates={str(3 << 20): 130e9})
+    assert cpu.fastest_copy_up_to(1 << 19) == 63e9  # only 256 KiB fits
+    assert cpu.fastest_copy_up_to(2 << 20) == 115e9  # the cache-resident 1 MiB, not the 256 KiB below it
+    assert cpu.fastest_copy_up_to(3 << 20) == 130e9  # a problem's own size measured faster
+    assert cpu.fastest_copy_up_to(1 << 31) == 130e9  # a DRAM-sized problem: still the fastest below it
+    assert cpu.fastest_copy_up_to(1000) == 130e9  # under every size measured: the fastest of all
+    assert cpu.bandwidth_for(1 << 31) == 25e9  # the SOL's rate is unchanged (the largest size not above)
+    gpu = DeviceLimits(device="GPU", copy_bytes_per_s=3.0e12, fp32_flops_per_s=5e13,
+                       size_rates={str(8 * MIB): 2.1e12, str(64 * MIB): 3.4e12})
+    assert gpu.fastest_copy_up_to(16 * MIB) == 3.0e12  # the 1 GiB ceiling is measured: it counts
+    assert gpu.fastest_copy_up_to(64 * MIB) == 3.4e12  # outputs left in the L2 at 64 MiB
+
+
+def test_a_cached_cpu_entry_without_the_whole_curve_is_measured_again(tmp_path, monkeypatch):
+    from kcoder import device_limits as ceilings
+
+    monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
+    key = ceilings.device_key(torch, "cpu")
+    old = DeviceLimits(device=key, copy_bytes_per_s=25e9, fp32_flops_per_s=1e11,
+                       copy_curve={str(1 << s): 50e9 for s in range(18, 31, 2)})  # x4 apart, as cached before
+    ceilings.save_limits(old)
+    whole = {str(size): 60e9 for size in ceilings.CPU_CURVE_BYTES}
+    monkeypatch.setattr(ceilings, "measure_cpu", lambda torch: DeviceLimits(
+        device="cpu", copy_bytes_per_s=25e9, fp32_flops_per_s=1e11, copy_curve=whole))
+    limits, measured = ceilings.limits_for(torch, "cpu")
+    assert measured and limits.copy_curve == whole
+    assert ceilings.limits_for(torch, "cpu") == (limits, False)  # kept: not measured a third time
+
+
+# --- what the reference process counts ----------------------------------------------------------
+class Uses(nn.Module):
+    def forward(self, x, y, z):
+        return x * 2 + z.sum()
+
+
+class Returns(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(64))
+
+    def forward(self, x, y):
+        return x, self.w, y * 3  # an argument and a parameter returned as they are cost nothing
+
+
+class Drops(nn.Module):
+    def forward(self, x, mask):
+        return torch.dropout(x, 0.5, True) * mask  # random in forward; mask is the same every draw
+
+
+def _floor(model: nn.Module, make: object, footprint: int = MIB) -> dict:
+    limits = DeviceLimits(device="t", copy_bytes_per_s=1e9, fp32_flops_per_s=1e9)
+    return floor_figures(torch, model, make, 3, limits, footprint)
+
+
+def _draw(*shapes: tuple[int, ...]):
+    def make(seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(seed)
+        return [torch.randn(*shape) for shape in shapes]
+
+    return make
+
+
+def test_arguments_the_outputs_ignore_are_not_counted():
+    figures = _floor(Uses(), _draw((256,), (1024,), (8,)))
+    assert figures["input_bytes"] == (256 + 8) * 4 and figures["output_bytes"] == 256 * 4
+    assert "1 argument the outputs ignore not counted" in figures["floor_basis"]
+    assert figures["floor_us"] == pytest.approx(0.5 * (256 + 8 + 256) * 4 / 1e9 * 1e6)
+
+
+def test_returned_arguments_and_parameters_cost_nothing():
+    figures = _floor(Returns(), _draw((100,), (50,)))
+    assert figures["output_bytes"] == 50 * 4  # y * 3 only
+    assert figures["input_bytes"] == 50 * 4  # x is returned as it is: never read
+
+
+def test_random_draws_in_forward_and_constant_arguments():
+    def make(seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(seed)
+        return [torch.randn(1000), torch.ones(1000)]
+
+    figures = _floor(Drops(), make)
+    assert figures["input_bytes"] == 1000 * 4  # x; the mask is the same every draw: a kernel may know it
+    assert figures["output_bytes"] == 1000 * 4
+
+
+def test_an_expanded_argument_is_its_storage():
+    def make(seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(seed)
+        return [torch.randn(1).expand(4096), torch.randn(1), torch.randn(8)]
+
+    figures = _floor(Uses(), make)
+    assert figures["input_bytes"] == (1 + 8) * 4
+
+
+def test_inputs_that_differ_from_call_to_call_by_themselves_are_not_counted():
+    """A problem whose calls on one input set do not agree (its get_inputs ignores the seed):
+    nothing tells which argument matters, so only the outputs count."""
+    figures = _floor(Uses(), lambda seed: [torch.randn(256), torch.randn(1), torch.randn(8)])
+    assert figures["input_bytes"] == 0 and figures["output_bytes"] == 256 * 4
+
+
+def test_a_problem_the_check_cannot_run_counts_only_its_outputs():
+    calls = {"n": 0}
+
+    class Flaky(nn.Module):
+        def forward(self, x):
+            calls["n"] += 1
+            if calls["n"] > 1:
+                raise RuntimeError("out of memory")
+            return x + 1
+
+    figures = _floor(Flaky(), _draw((256,)))
+    assert figures["input_bytes"] == 0 and figures["output_bytes"] == 256 * 4
+
+
+# --- the refusal --------------------------------------------------------------------------------
+def test_under_floor_names_the_figures():
+    reason = under_floor(3.1, 12.4, "0.5x the time to read 48.0 MiB of inputs once")
+    assert reason == ("integrity: 3.1 us per call is under the physical floor of 12.4 us (0.5x the time to read "
+                      "48.0 MiB of inputs once): the outputs cannot have been computed in that time")
+    assert under_floor(12.4, 12.4, "") == "" and under_floor(3.1, None, "") == ""
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_time_under_the_floor_is_refused_on_every_device(device):
+    v = _verdict(candidate_us=3.1, floor_us=12.4, device=device, sol_us=20.0)
+    assert v.reward == -1 and not v.correct and v.stage == "timing"
+    assert v.reason.startswith("integrity: 3.1 us per call is under the physical floor of 12.4 us (0.5x the time")
+    assert "the outputs cannot have been computed in that time" in v.reason
+    assert v.implausible == v.reason
+    assert v.candidate_us == 3.1 and v.speedup_vs_eager  # the figures stay in the verdict
+
+
+def test_just_above_the_floor_and_faster_than_light_is_accepted():
+    v = _verdict(candidate_us=13.0, floor_us=12.4, device="cuda", sol_us=40.0)  # 308% of the SOL
+    assert v.correct and v.stage == "done" and v.reward == 3 and not v.implausible
+    assert "IMPLAUSIBLE" not in v.reason and "308% of the speed of light" in v.reason
+    assert any(n.startswith("faster than the speed of light: 13.0 us is under 67% of the reference graph's "
+                            "40.0 us (compute-bound") for n in v.notes), v.notes
+
+
+def test_a_baseline_under_the_floor_means_the_floor_is_wrong():
+    v = _verdict(candidate_us=3.1, floor_us=12.4, eager_us=10.0)  # the reference itself beat it
+    assert v.correct and v.reward == 3, v.reason
+    assert any(n.startswith("physical floor not applied: eager 10.0 us, torch.compile 9.0 us ran under its "
+                            "12.4 us") for n in v.notes), v.notes
+
+
+def test_no_floor_decides_nothing():
+    assert _verdict(candidate_us=0.1, floor_us=None).reward == 3
+
+
+def test_the_agent_never_keeps_a_time_under_the_floor():
+    from kcoder.agent.loop import rank
+
+    refused = _verdict(candidate_us=3.1, floor_us=12.4)
+    honest = _verdict(candidate_us=50.0, floor_us=12.4)
+    assert refused.implausible and not honest.implausible
+    assert rank(honest) > rank(refused)
+    assert Verdict.from_dict(refused.to_dict(), strict=True).floor_us == 12.4  # it travels as JSON
+
+
+# --- honest figures are far from it -------------------------------------------------------------
+# Judged on an H100 (bench/notes/kernels.md; copy 2.97 TB/s at 1 GiB): bytes read, bytes written,
+# the fastest honest time seen (eager, torch.compile or the policy's kernel), in us.
+H100_HONEST = {
+    "47_Sum_reduction_over_a_dimension": (8.588e9, 2.1e6, 3050.0),
+    "51_Argmax_over_a_dimension": (8.588e9, 4.2e6, 3230.0),
+    "23_Softmax (4096 x 393216)": (6.44e9, 6.44e9, 4290.0 / 0.64),
+    "34_InstanceNorm (7168 x 262144)": (7.515e9, 7.515e9, 5010.0 / 0.65),
+}
+
+
+@pytest.mark.parametrize("name", sorted(H100_HONEST))
+def test_honest_h100_times_are_far_above_the_floor(name):
+    read, written, honest_us = H100_HONEST[name]
+    floor_us = physical_floor(int(read), int(written), 2.97e12)["floor_us"]
+    assert honest_us > 1.8 * floor_us, (name, honest_us, floor_us)  # eager at 94% of copy speed: 1.9x
+
+
+def test_the_examples_eager_times_on_this_cpu_are_far_above_the_floor():
+    """Each example's reference, timed here, against its floor at the fastest rate this CPU
+    copies at (sizes up to 64 MiB measured now): the reference is honest, so it must clear it."""
+    import statistics
+    import time
+
+    from helpers import ROOT
+
+    from kcoder.device_limits import _copy_rate
+    from kcoder.evaluate.loading import load_module
+    from kcoder.evaluate.verify import make_inputs
+
+    curve = {str(1 << s): _copy_rate(torch, 1 << s) for s in range(18, 27)}
+    limits = DeviceLimits(device="here", copy_bytes_per_s=min(curve.values()), fp32_flops_per_s=1e11,
+                          copy_curve=curve)
+    for example in sorted((ROOT / "examples").glob("*/model.py")):
+        problem = load_module(example, f"floor_{example.parent.name}")
+        model = problem.Model(*problem.get_init_inputs())
+        figures = floor_figures(torch, model, lambda s, p=problem: make_inputs(p, s, "cpu"), 5, limits, 1 << 30)
+        times = []
+        for seed in range(3):
+            inputs = make_inputs(problem, seed, "cpu")
+            started = time.perf_counter()
+            with torch.no_grad():
+                model(*inputs)
+            times.append((time.perf_counter() - started) * 1e6)
+        eager_us = statistics.median(times)
+        assert eager_us > 2 * figures["floor_us"], (example.parent.name, eager_us, figures)
