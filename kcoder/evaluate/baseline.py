@@ -7,7 +7,6 @@ the preflight's figures are those its verdicts will show.
 
 from __future__ import annotations
 
-import secrets
 import statistics
 import tempfile
 import time
@@ -59,7 +58,6 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
     options.validate()
     problem = load_problem(problem_path)
     started = time.perf_counter()
-    rng = secrets.SystemRandom()
     with tempfile.TemporaryDirectory(prefix="kcoder-baseline-") as work:
         # the sandbox mode only matters for a confined problem (the reference runs no candidate)
         mode = resolve_mode(options.sandbox)[0] if options.confine_problem else "none"
@@ -67,18 +65,12 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         try:
             ref = children.start_reference()
             info = _ask(ref, options.problem_timeout_s, problem.path, None)
-            seeds = [rng.randrange(1, 2**31) for _ in range(options.max_rounds)]
-            warm = [rng.randrange(1, 2**31) for _ in range(options.warmup)]
-            share = options.timing_budget_s  # per implementation, as the judge's two halves together
-            reply = _ask(ref, options.timing_timeout_s, problem.path,
-                         {"op": "baselines", "seeds": seeds, "warmup": warm,
-                          "min_rounds": options.min_rounds, "budget_s": share})
+            samples = _time_baselines(children, ref, problem.path, options)
             # after the baselines, as in the judge: a node's first ceiling measurement (GiB
             # copies, matmuls) must not run right before a baseline is timed
             sol = _ask(ref, options.problem_timeout_s, problem.path, {"op": "sol"})
         finally:
             children.close()
-    samples = reply["samples"]
     if "sol_error" not in sol:  # the run's first verdicts reuse them (basecache.py)
         key = basecache.baseline_key(problem.sha256, str(info.get("device_name", "")),
                                      str(info.get("torch_version", "")), options)
@@ -89,6 +81,33 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         sol_us=sol.get("sol_us"), sol_bound=str(sol.get("sol_bound", "")),
         sol_ceilings=str(sol.get("sol_ceilings", sol.get("sol_error", ""))), flops=sol.get("flops"),
         min_bytes=sol.get("min_bytes"), seconds=round(time.perf_counter() - started, 1))
+
+
+def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions) -> dict[str, list[float]]:
+    """Eager and torch.compile by the judge's clock, as a verdict times them (judgetiming.py)."""
+    from kcoder.evaluate.judgeclock import SAMPLES, Endpoint
+    from kcoder.evaluate.judgetiming import baseline_figures, gate_page
+
+    def fail(exc: ChannelError) -> None:
+        raise BaselineError(f"the reference process failed while timed ({exc.kind}: {exc})")
+
+    def expect(reply: dict[str, Any], key: str) -> dict[str, Any]:
+        if "problem" in reply:
+            raise ProblemError(f"{problem}: {reply['problem']}")
+        if "error" in reply or key not in reply:
+            raise BaselineError(f"the reference process failed: {reply.get('error', 'an unexpected reply')}")
+        return reply
+
+    cuda = options.device == "cuda"
+    ask = lambda **request: _ask(ref, options.problem_timeout_s, problem, request)  # noqa: E731
+    page = gate_page({}, ref, children.ref_share, ask) if cuda else None
+    deadline = time.monotonic() + options.timing_timeout_s
+    try:
+        return baseline_figures(Endpoint(ref, fail, expect, page), cuda, deadline, SAMPLES, options.timing_budget_s,
+                                options.compile_baseline)
+    finally:
+        if page is not None:
+            page.close()
 
 
 def _ask(ref: Any, limit_s: float, problem: Path, request: dict[str, Any] | None) -> dict[str, Any]:

@@ -75,10 +75,8 @@ class Baselines:
         """Half of the baselines' samples: eager and torch.compile in the reference process,
         timed by the judge's clock exactly as the candidate is (judgetiming.py)."""
         from kcoder.evaluate.judgeclock import SAMPLES
-        from kcoder.evaluate.judgetiming import baseline_figures
 
-        self.judge.deadline = deadline
-        return baseline_figures(self.judge, deadline, SAMPLES // 2 + 1)
+        return self.judge.time_baselines(deadline, SAMPLES // 2 + 1)
 
 
 def _left(deadline: float) -> float:

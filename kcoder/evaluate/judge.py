@@ -23,7 +23,7 @@ from typing import Any
 from kcoder.evaluate.basetimer import Baselines
 from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.judgenotes import VerdictNotes
-from kcoder.evaluate.judgetiming import candidate_figure
+from kcoder.evaluate.judgetiming import candidate_figure, hidden_work_check, judge_figure
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sol import record_sol
 from kcoder.evaluate.spawn import Children
@@ -248,8 +248,8 @@ class Judge:
         v.stage = "timing"
         events = self.candidate_rounds(deadline)  # the candidate's process's own figure: a diagnostic
         figure = candidate_figure(self, deadline, self.output_bytes)
-        self.judge_figure(figure, statistics.median(events))
-        self.hidden_work_check(statistics.median(events), deadline)
+        judge_figure(self, figure, statistics.median(events))
+        hidden_work_check(self, statistics.median(events), deadline)
         self.record_peak(deadline)
         self.stop_candidate()
         samples = base.last(deadline, figure.samples)
@@ -299,36 +299,16 @@ class Judge:
         checks = {0, *self.rng.sample(range(expected), share)}
         return checks, set(self.rng.sample(range(expected), share))
 
-    def judge_figure(self, figure: Any, reported_us: float) -> None:
-        """The judge's clock against the candidate's own events: a note, or a refusal."""
-        from kcoder.evaluate.judgeclock import disagreement
+    def time_baselines(self, deadline: float, samples: int) -> dict[str, list[float]]:
+        """Eager's and torch.compile's samples by the judge's clock (the reference process)."""
+        from kcoder.evaluate.judgetiming import baseline_figures, reference_endpoint
 
-        median = statistics.median(figure.samples)
-        self.verdict.notes.append(
-            f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls "
-            f"(the candidate's process reported {reported_us:.1f} us per call)"
-            + ("; its host was in the loop (it waits for the GPU within a call)" if figure.host_bound else ""))
-        reason = disagreement(figure.samples, reported_us, figure.host_bound)
-        if reason:
-            self.fail("timing", reason)
+        self.deadline = deadline
+        return baseline_figures(reference_endpoint(self), self.options.device == "cuda", deadline, samples,
+                                self.share_s() / 2, self.options.compile_baseline, self.stages)
 
     def left(self) -> float:
         return _left(self.deadline) if getattr(self, "deadline", None) else 60.0
-
-    def hidden_work_check(self, event_us: float, deadline: float) -> None:
-        """GPU work outside the range the timed calls' events measure (timedrange.py)."""
-        from kcoder.evaluate.timedrange import judge_range
-
-        if self.options.device != "cuda":
-            return
-        reply = self.ask_candidate(_left(deadline), "timing", op="kernel_time", seed=self.seed(), expect="range")
-        try:
-            note, failure = judge_range(reply.get("range"), event_us)
-        except ValueError as exc:
-            self.tampered(f"a profiler finding that {exc}")
-        self.verdict.notes.append(note)
-        if failure:
-            self.fail("timing", failure)
 
     def record_peak(self, deadline: float) -> None:
         if self.options.device == "cuda":

@@ -14,24 +14,33 @@ from kcoder.evaluate.judgeclock import SAMPLES, BatchClock, Endpoint, Figure, Ga
 PROBE_CALLS = 4  # a first batch pair sizes the batches of an implementation
 
 
-def _gate(judge: Any, peer: Peer, sock: Any, ask: Any) -> GatePage | None:
-    """The gate page of the process behind `peer` (made and handed over once per process)."""
-    if judge.options.device != "cuda":
-        return None
+def gate_page(pages: dict[int, GatePage], peer: Peer, sock: Any, ask: Any) -> GatePage:
+    """The gate page of the process behind `peer`, made and handed over once per process (`pages`
+    by process id; `ask(op="gate")` the request that makes the process map it)."""
     from kcoder.evaluate.handoff import send_fd
 
-    pages: dict[int, GatePage] = judge.children.__dict__.setdefault("gate_pages", {})
     pid = peer.proc.pid
     if pid not in pages:
         page = GatePage()
         try:
             send_fd(sock, page.fd)
-        except OSError as exc:
+        except OSError:
             page.close()
-            judge.harness_error(f"handing the gate page over failed: {exc}")
+            raise
         ask(op="gate")
         pages[pid] = page
     return pages[pid]
+
+
+def _gate(judge: Any, peer: Peer, sock: Any, ask: Any) -> GatePage | None:
+    if judge.options.device != "cuda":
+        return None
+    pages: dict[int, GatePage] = judge.children.__dict__.setdefault("gate_pages", {})
+    try:
+        return gate_page(pages, peer, sock, ask)
+    except OSError as exc:
+        judge.harness_error(f"handing the gate page over failed: {exc}")
+        return None
 
 
 def candidate_endpoint(judge: Any) -> Endpoint:
@@ -84,13 +93,49 @@ def candidate_figure(judge: Any, deadline: float, output_bytes: int) -> Figure:
     return figure
 
 
-def baseline_figures(judge: Any, deadline: float, samples: int) -> dict[str, list[float]]:
-    """Eager's and torch.compile's samples by the judge's clock, in the reference process."""
-    impls = ["eager"] + (["compile"] if judge.options.compile_baseline else [])
+def baseline_figures(endpoint: Endpoint, cuda: bool, deadline: float, samples: int, budget_s: float,
+                     compile_baseline: bool, stages: Any = None) -> dict[str, list[float]]:
+    """Eager's and torch.compile's samples by the judge's clock, in the reference process behind
+    `endpoint` (the judge's, or `kcoder baseline`'s)."""
+    impls = ["eager"] + (["compile"] if compile_baseline else [])
     out: dict[str, list[float]] = {}
     for impl in impls:
         started = time.monotonic()
-        clock = BatchClock(reference_endpoint(judge), judge.options.device == "cuda", deadline, impl)
-        out[impl] = clock.figure(_hint_us(clock), 0, samples, judge.share_s() / 2).samples
-        judge.stages.add(f"baselines_{impl}", time.monotonic() - started)
+        clock = BatchClock(endpoint, cuda, deadline, impl)
+        out[impl] = clock.figure(_hint_us(clock), 0, samples, budget_s).samples
+        if stages is not None:
+            stages.add(f"baselines_{impl}", time.monotonic() - started)
     return out
+
+
+def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
+    """The judge's clock against the candidate's own events: a note, or a refusal."""
+    import statistics
+
+    from kcoder.evaluate.judgeclock import disagreement
+
+    median = statistics.median(figure.samples)
+    judge.verdict.notes.append(
+        f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls "
+        f"(the candidate's process reported {reported_us:.1f} us per call)"
+        + ("; its host was in the loop (it waits for the GPU within a call)" if figure.host_bound else ""))
+    reason = disagreement(figure.samples, reported_us, figure.host_bound)
+    if reason:
+        judge.fail("timing", reason)
+
+
+def hidden_work_check(judge: Any, event_us: float, deadline: float) -> None:
+    """GPU work outside the range the diagnostic timed calls' events measure (timedrange.py)."""
+    from kcoder.evaluate.timedrange import judge_range
+
+    if judge.options.device != "cuda":
+        return
+    reply = judge.ask_candidate(max(0.0, deadline - time.monotonic()), "timing", op="kernel_time", seed=judge.seed(),
+                                expect="range")
+    try:
+        note, failure = judge_range(reply.get("range"), event_us)
+    except ValueError as exc:
+        judge.tampered(f"a profiler finding that {exc}")
+    judge.verdict.notes.append(note)
+    if failure:
+        judge.fail("timing", failure)

@@ -290,22 +290,6 @@ class ReferenceServer:
             figures["floor_error"] = first_line(exc)[:200]
         return figures
 
-    def op_baselines(self, seeds: list[int], warmup: list[int], min_rounds: int, budget_s: float) -> dict[str, Any]:
-        """Eager and torch.compile timed in random order per round, each on fresh inputs."""
-        from kcoder.evaluate.timing import Clock, time_rounds
-
-        impls = {"eager": self.model}
-        if self.options.compile_baseline:
-            if self.compiled is None:
-                self.compiled = self.torch.compile(self.model)
-            impls["compile"] = self.compiled
-        clock = Clock(self.device)
-        self.flush_bytes = clock.flush_buffer.nbytes if clock.cuda else 0
-        spent: dict[str, float] = {}  # wall seconds per implementation, torch.compile's compilation included
-        samples = time_rounds(impls, self.inputs, clock, seeds=seeds, warmup=warmup, min_rounds=min_rounds,
-                              budget_s=budget_s * len(impls), seed=self.options.seed, spent=spent)
-        return {"samples": samples, "seconds": spent}
-
     def op_gate(self) -> dict[str, Any]:
         """The gate page (judgeclock.GatePage) the judge sent over the hand-off socket."""
         from kcoder.evaluate.batchrun import open_gate
@@ -313,7 +297,8 @@ class ReferenceServer:
         self.gate = open_gate(self.torch, self.share)
         return {"gate": True}
 
-    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0, impl: str = "eager") -> dict[str, Any]:
+    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0,
+                 impl: str = "eager") -> dict[str, Any]:
         """n calls of eager or torch.compile timed by the judge's clock, exactly as the
         candidate's are (batchrun.py): the same inputs, flush, commitments and gate."""
         from kcoder.evaluate.batchrun import BatchRun, calibration_module, serve_batch
@@ -327,12 +312,12 @@ class ReferenceServer:
             with torch.no_grad():
                 self.templates[impl] = [model(*base), model(*base)][-1]
         model = calibration_module(torch, self.templates[impl]) if calibration else model
-        flush = None
-        if self.device == "cuda":
-            self.flush_buffer = self.flush_buffer if self.flush_buffer is not None else l2_flush_buffer(torch)
-            self.flush_bytes, buffer = self.flush_buffer.nbytes, self.flush_buffer
-            flush = lambda: flush_l2(buffer)  # noqa: E731
-        run = BatchRun(torch, self.device, model, base, n, keep=False, flush=flush)
+        if self.device == "cuda" and self.flush_buffer is None:
+            self.flush_buffer = l2_flush_buffer(torch)
+            self.flush_bytes = self.flush_buffer.nbytes
+        buffer = self.flush_buffer
+        run = BatchRun(torch, self.device, model, base, n, keep=False,
+                       flush=(lambda: flush_l2(buffer)) if buffer is not None else None)
         kind = f"{impl}:{'calibration' if calibration else 'run'}"
         return {"done": True, "commitments": serve_batch(self.link, run, self.gate, generation, kind=kind)}
 

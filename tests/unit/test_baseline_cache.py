@@ -58,10 +58,15 @@ class FakeJudge:
 
     def ask_reference(self, limit_s, stage, op, **request):
         self.requests.append(op)
-        if op == "sol":
-            return dict(SOL)
-        return {"samples": {"eager": _times(self.eager_us, 10), "compile": _times(80.0, 10)},
-                "seconds": {"eager": 0.5, "compile": 2.0}}
+        assert op == "sol", op
+        return dict(SOL)
+
+    def time_baselines(self, deadline, samples):
+        """The judge's clock over the reference process's batches (judgetiming.baseline_figures)."""
+        self.requests.append("baselines")
+        self.stages.add("baselines_eager", 0.5)
+        self.stages.add("baselines_compile", 2.0)
+        return {"eager": _times(self.eager_us, 10), "compile": _times(80.0, 10)}
 
 
 def _evaluate(judge: FakeJudge, candidate_us: float) -> dict[str, list[float]]:
@@ -142,7 +147,7 @@ def test_stage_clock_names_requests_and_clamps_stamps():
     clock.add_stamps(spawned, {"main": 5000.0}, (("main", "reference_process_start"),), wall_s=12.0)  # beyond the wall
     seconds: dict[str, float] = {"build": 9.0}
     clock.into(seconds)
-    assert seconds == {"build": 9.0, "reference_outputs": 0.5, "audits": 0.25, "cross_checks": 0.125,
+    assert seconds == {"build": 9.0, "reference_outputs": 0.5, "audits": 0.25, "judge_clock": 0.125,
                        "candidate_process_start": 0.5, "candidate_torch_import": 1.5, "candidate_compile": 7.0,
                        "candidate_import": 1.0, "candidate_init": 1.0}
     assert list(seconds)[1:5] == ["candidate_process_start", "candidate_torch_import", "candidate_compile",
@@ -164,7 +169,7 @@ def test_evaluations_reuse_baselines_and_report_stage_times(write_candidate, tmp
     assert not any("reused" in n for n in first.notes)
     assert any("reused" in n for n in second.notes), second.notes
     for stage in ("reference_torch_import", "candidate_torch_import", "reference_outputs", "baselines_eager",
-                  "baselines_compile", "sol", "candidate_timing", "audits", "cross_checks", "total"):
+                  "baselines_compile", "sol", "candidate_timing", "audits", "judge_clock", "total"):
         assert first.seconds.get(stage, 0) > 0, (stage, first.seconds)
     assert first.seconds["baselines_eager"] + first.seconds["baselines_compile"] <= first.seconds["timing"]
     assert first.seconds["timing"] < first.seconds["total"]

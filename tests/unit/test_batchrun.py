@@ -9,7 +9,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kcoder.evaluate.batchrun import (  # noqa: E402
-    BatchRun, calibration_module, checksum, commitments, cpu_key, perturbed,
+    BatchRun,
+    calibration_module,
+    checksum,
+    commitments,
+    cpu_key,
+    perturbed,
 )
 from kcoder.evaluate.harnesscheck import harness_fingerprint  # noqa: E402
 from kcoder.evaluate.judgeclock import BAND, SLACK_US, GatePage, _commitments, disagreement  # noqa: E402
@@ -31,10 +36,10 @@ def test_every_call_is_replayed_exactly_and_committed():
     run = BatchRun(torch, "cpu", Affine(), base, 6, keep=True)
     run.queue(cpu_key(torch, 987654321))
     sums = run.finish()
-    assert all(torch.equal(a, b) for a, b in zip(base, kept)), "the base input set was written"
+    assert all(torch.equal(a, b) for a, b in zip(base, kept, strict=True)), "the base input set was written"
     for i in range(6):
         replay = Affine()(*perturbed(torch, base, 987654321, 6, i, "cpu"))
-        assert all(torch.equal(a, b) for a, b in zip(run.outputs[i], replay)), f"call {i} not replayed"
+        assert all(torch.equal(a, b) for a, b in zip(run.outputs[i], replay, strict=True)), f"call {i} not replayed"
         assert commitments(torch, run.outputs[i]) == sums[i] and len(sums[i]) == 2
 
 

@@ -116,3 +116,32 @@ def test_device_records_tag_kernels_by_the_range_around_their_launch():
         ("reduce_kernel", "flush", TIMED), ("spin_kernel", "start", TIMED), ("conv_kernel", "", LIBRARY),
         ("side_kernel", "", SIDE)]
     assert records[1].start == 3.0 and records[1].end == 53.0  # microseconds
+
+
+def test_device_records_follow_the_launch_on_torch_2_11():
+    """torch 2.11 (seen on an H100): a kernel's own correlation id is its launch's (cudaLaunchKernel),
+    the marker's sleep kernel is linked to no op (0), and runtime ids collide with op ids (a
+    cudaStreamIsCapturing inside the flush range shares id 6 with the call's aten::mul)."""
+    cpu, gpu = DeviceType.CPU, DeviceType.CUDA
+    marks = {"kcoder.flush.t": "flush", "kcoder.start.t": "start", "kcoder.end.t": "end"}
+    events = [
+        _Event("kcoder.flush.t", cpu, 0, 100, corr=1),
+        _Event("aten::sum", cpu, 10, 90, corr=3),
+        _Event("cudaStreamIsCapturing", cpu, 15, 16, corr=6),
+        _Event("cudaLaunchKernel", cpu, 20, 80, corr=21),
+        _Event("kcoder.start.t", cpu, 100, 200, corr=5),
+        _Event("cudaLaunchKernel", cpu, 120, 180, corr=29),
+        _Event("aten::mul", cpu, 210, 290, corr=6),
+        _Event("cudaLaunchKernel", cpu, 220, 280, corr=40),
+        _Event("kcoder.end.t", cpu, 300, 400, corr=7),
+        _Event("cudaLaunchKernel", cpu, 320, 380, corr=46),
+        _Event("reduce_kernel", gpu, 1000, 3000, corr=21, linked=3, stream=TIMED),
+        _Event("spin_kernel", gpu, 3000, 53000, corr=29, linked=0, stream=TIMED),
+        _Event("mul_kernel", gpu, 53000, 60000, corr=40, linked=6, stream=TIMED),
+        _Event("spin_kernel", gpu, 60000, 61000, corr=46, linked=0, stream=TIMED),
+    ]
+    records = device_records(events, marks)
+    assert [(r.name, r.kind) for r in records] == [
+        ("reduce_kernel", "flush"), ("spin_kernel", "start"), ("mul_kernel", ""), ("spin_kernel", "end")]
+    finding = work_outside_range(records, 1)
+    assert not finding.problem and finding.timed_stream == TIMED and finding.kernel_us == 7.0
