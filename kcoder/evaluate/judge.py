@@ -305,7 +305,7 @@ class Judge:
 
         self.deadline = deadline
         return baseline_figures(reference_endpoint(self), self.options.device == "cuda", deadline, samples,
-                                self.share_s() / 2, self.options.compile_baseline, self.stages)
+                                self.share_s() / 2, self.options.compile_baseline, self.stages, self.output_bytes)
 
     def left(self) -> float:
         return _left(self.deadline) if getattr(self, "deadline", None) else 60.0

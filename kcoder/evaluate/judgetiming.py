@@ -94,15 +94,16 @@ def candidate_figure(judge: Any, deadline: float, output_bytes: int) -> Figure:
 
 
 def baseline_figures(endpoint: Endpoint, cuda: bool, deadline: float, samples: int, budget_s: float,
-                     compile_baseline: bool, stages: Any = None) -> dict[str, list[float]]:
+                     compile_baseline: bool, stages: Any = None, output_bytes: int = 0) -> dict[str, list[float]]:
     """Eager's and torch.compile's samples by the judge's clock, in the reference process behind
-    `endpoint` (the judge's, or `kcoder baseline`'s)."""
+    `endpoint` (the judge's, or `kcoder baseline`'s); `output_bytes` sizes the batches as the
+    candidate's are (each keeps its outputs)."""
     impls = ["eager"] + (["compile"] if compile_baseline else [])
     out: dict[str, list[float]] = {}
     for impl in impls:
         started = time.monotonic()
         clock = BatchClock(endpoint, cuda, deadline, impl)
-        out[impl] = clock.figure(_hint_us(clock), 0, samples, budget_s).samples
+        out[impl] = clock.figure(_hint_us(clock), output_bytes, samples, budget_s).samples
         if stages is not None:
             stages.add(f"baselines_{impl}", time.monotonic() - started)
     return out

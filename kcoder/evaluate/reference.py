@@ -43,7 +43,8 @@ class ReferenceServer:
         self.flush_bytes = 0
         self.flush_buffer: Any = None
         self.gate: Any = None  # batchrun.DeviceGate, on the GPU
-        self.templates: dict[str, Any] = {}  # an output per implementation: the calibration's shape
+        self.templates: dict[str, Any] = {}
+        self.last_batch: Any = None  # an output per implementation: the calibration's shape
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
         share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
         self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
@@ -163,6 +164,8 @@ class ReferenceServer:
                 self.link.reply(problem=str(exc))
             except Exception as exc:  # kcoder's own failure (its OOM included): an evaluation error
                 self.link.reply(error=f"{op}: {first_line(exc)}")
+            if op != "batch":
+                self.last_batch = None  # a batch's outputs live until the next request only
             self._release()
 
     def op_check(self, seed: int, path: str, label: str, batch: dict[str, Any] | None = None,
@@ -315,8 +318,9 @@ class ReferenceServer:
         if self.device == "cuda" and self.flush_buffer is None:
             self.flush_buffer = l2_flush_buffer(torch)
             self.flush_bytes = self.flush_buffer.nbytes
-        buffer = self.flush_buffer
-        run = BatchRun(torch, self.device, model, base, n, keep=False,
+        buffer, self.last_batch = self.flush_buffer, None  # the last batch's outputs go first
+        # Its outputs kept, as the candidate's are: every call writes fresh memory alike.
+        run = self.last_batch = BatchRun(torch, self.device, model, base, n, keep=not calibration,
                        flush=(lambda: flush_l2(buffer)) if buffer is not None else None)
         kind = f"{impl}:{'calibration' if calibration else 'run'}"
         return {"done": True, "commitments": serve_batch(self.link, run, self.gate, generation, kind=kind)}

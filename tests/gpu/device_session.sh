@@ -22,6 +22,8 @@
 # fair:   issue 36's figures in one call (see fair()).
 # measure: PAIRS built, TESTS run, every pair judged, a table (see measure()).
 # quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
+# judgeclock: issue 40's figures in one call: the gate, the profiler's markers, every example's CUDA
+#          solution judged (the judge's clock against the in-process events), the clock's GPU tests.
 set -u
 export KCODER_CACHE="$PWD/.kcoder-cache" KCODER_TEST_CACHE="$PWD/.kcoder-cache"  # tests reuse the prebuilds
 out="${OUT:-/tmp/out}"; mkdir -p "$out" /tmp/ncu
@@ -462,6 +464,24 @@ fair_judge() {
     tests/gpu/test_cuda.py::test_hidden_stream_work_rejected \
     tests/gpu/test_cuda_redteam.py::test_persisting_l2_window_is_reset_before_timed_calls 2>&1 \
     | tee "$out/gpu_fair.log" | grep -E "RANGE|CONV_TRANSPOSE|HIDDEN|CANCEL|GROUPNORM|passed|failed|Error|assert" | cut -c1-600
+}
+
+judgeclock() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  for d in examples/*/; do
+    python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --stop-after build --json \
+      > "$out/build_$(basename "$d").json" 2>&1 &
+  done
+  python3 tests/gpu/probe_gate.py 2>&1 | tee "$out/gate.log" | tail -2
+  python3 tests/gpu/probe_markers.py > "$out/markers.log" 2>&1; grep -E "^FINDING|^PROFILE_TIMED" "$out/markers.log" | cut -c1-200
+  wait
+  for d in examples/*/; do
+    timeout 120 python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --json \
+      > "$out/ex_$(basename "$d").json" 2> "$out/ex_$(basename "$d").err"
+  done
+  python3 tests/gpu/clock_table.py "$out"/ex_*.json | tee "$out/clock_table.txt"
+  timeout "${CLOCK_TESTS_S:-300}" python3 -m pytest -m gpu -q -s tests/gpu/test_outer_clock_gpu.py \
+    tests/gpu/test_fair_timing_gpu.py 2>&1 | tee "$out/clock_tests.log" | grep -E "OUTER|FAIR|passed|failed|Error" | cut -c1-300
 }
 
 "${1:-checks}"
