@@ -30,7 +30,7 @@ SHOWN = ("sandbox", "reference_process_start", "reference_torch_import", "refere
          "candidate_process_start", "candidate_torch_import", "candidate_compile", "candidate_import",
          "wait_for_reference", "candidate_init", "build", "verify_calls", "reference_outputs", "verify",
          "baselines", "baselines_eager", "baselines_compile", "sol", "candidate_restart", "candidate_timing",
-         "audits", "cross_checks", "timing", "total")
+         "judge_clock", "audits", "cross_checks", "timing", "total")
 NAIVE = ("process_start", "torch_import", "build", "verify", "eager", "compile", "compile_first_call",
          "candidate", "total")
 

@@ -11,8 +11,6 @@ from typing import Any
 
 from kcoder.evaluate import basecache
 
-DECIDE_EVERY = 5
-
 
 class Baselines:
     """Asks through the judge (its reference process, its seeds, its stage clock)."""
@@ -44,18 +42,6 @@ class Baselines:
         # (GiB-sized copies, matmuls), which must not run just before a baseline is timed.
         self.sol = self.judge.ask_reference(_left(deadline), "timing", op="sol")
         return self.sol
-
-    def decided(self, candidate: list[float], checked: int) -> bool:
-        """Whether the candidate's timing may stop now: cached baselines, at least two of its
-        timed outputs checked, and every speed-up interval clear of the reward's margin (asked
-        every DECIDE_EVERY rounds: a bootstrap costs tens of ms)."""
-        if not self.cached or checked < 2 or len(candidate) % DECIDE_EVERY:
-            return False
-        if basecache.undecided(self.before, candidate):
-            return False
-        self.judge.verdict.notes.append(f"timing stopped after {len(candidate)} rounds: the speed-up "
-                                        f"intervals already decide the reward")
-        return True
 
     def last(self, deadline: float, candidate: list[float]) -> dict[str, list[float]]:
         """After the candidate's process ended: every baseline's samples. Cached ones stand

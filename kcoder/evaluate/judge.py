@@ -278,8 +278,8 @@ class Judge:
             # The rounds to check were drawn at random: every call must be right.
             if r in checks:
                 self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
-            last = r + 1 == opts.max_rounds or (r + 1 >= opts.min_rounds and (
-                sum(times) / 1e6 >= self.share_s() or self.base.decided(times, sum(1 for c in checks if c <= r))))
+            # A diagnostic now (the figure is the judge's clock): min_rounds are enough.
+            last = r + 1 >= min(opts.min_rounds, opts.max_rounds)
             if r in audits or (last and opts.audit_every):  # and after the last round, always
                 self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
             if last:
@@ -288,11 +288,10 @@ class Judge:
 
     def plan_checks(self, first_us: float) -> tuple[set[int], set[int]]:
         """Rounds whose timed output is checked, and rounds followed by a guarded audit call:
-        drawn at random over the rounds the budget will allow (from the first call's time), a
-        1/audit_every share of them, at most MAX_CHECKS of each kind (each check costs a
-        reference call and an output's trip between processes)."""
+        drawn at random over the diagnostic rounds (min_rounds), a 1/audit_every share of them,
+        at most MAX_CHECKS of each kind (each check costs a reference call and an output's trip)."""
         opts = self.options
-        expected = int(min(opts.max_rounds, max(opts.min_rounds, self.share_s() * 1e6 / max(first_us, 1.0))))
+        expected = min(opts.min_rounds, opts.max_rounds)
         if not opts.audit_every:
             return set(range(opts.max_rounds)), set()
         share = min(MAX_CHECKS, max(1, expected // opts.audit_every))

@@ -30,10 +30,10 @@ from typing import Any
 from kcoder.evaluate.channel import ChannelError, Peer
 
 QUEUE_WAIT_S = 5.0  # a process that has not queued its batch by then waits on the GPU itself
-MAX_CALLS = {"cuda": 64, "cpu": 4000}  # cuda: the launches of a batch must fit the device's queue
+MAX_CALLS = {"cuda": 64, "cpu": 512}  # cuda: the launches of a batch must fit the device's queue
 TARGET_S = {"cuda": 0.01, "cpu": 0.05}  # the implementation's own time per batch
-KEEP_BYTES = 4 * 2**30  # a batch's outputs are kept for the judge's drawn checks
-SAMPLES = 7
+KEEP_BYTES = 2**30  # a batch's outputs are kept for the judge's drawn checks (in both processes)
+SAMPLES = 5  # the candidate's; each with one drawn call checked (5 more checks than input sets)
 BAND = 0.10  # the judge's clock may exceed an in-process figure by this share ...
 SLACK_US = 3.0  # ... plus this, before the in-process figure is called false
 

@@ -71,10 +71,13 @@ def reference_endpoint(judge: Any) -> Endpoint:
 
 
 def _hint_us(clock: BatchClock) -> float:
-    """The implementation's own time per call from a small batch pair (sizes the batches)."""
+    """The implementation's time per call from a small batch pair (sizes the batches): its own,
+    but never under a quarter of the whole batch's per call (noise can make its own look like
+    nothing, and a batch sized for nothing would keep thousands of outputs)."""
     cal = clock.batch(PROBE_CALLS, calibration=True)
     run = clock.batch(PROBE_CALLS, calibration=False)
-    return max((run.seconds - cal.seconds) / PROBE_CALLS * 1e6, 1.0)
+    own = (run.seconds - cal.seconds) / PROBE_CALLS * 1e6
+    return max(own, run.seconds / PROBE_CALLS * 1e6 / 4, 1.0)
 
 
 def candidate_figure(judge: Any, deadline: float, output_bytes: int) -> Figure:

@@ -29,7 +29,8 @@ _REQUESTS = {("reference", "baselines"): "baselines", ("reference", "sol"): "sol
              ("reference", "reset"): "reference_reset",
              ("reference", "peak"): "cross_checks", ("reference", "notes"): "reference_outputs",
              ("candidate", "warmup"): "candidate_timing", ("candidate", "time"): "candidate_timing",
-             ("candidate", "save_last"): "audits", ("candidate", "save_batch"): "judge_clock", ("candidate", "batch"): "judge_clock",
+             ("candidate", "save_last"): "audits", ("candidate", "save_batch"): "judge_clock",
+             ("candidate", "batch"): "judge_clock",
              ("candidate", "gate"): "judge_clock", ("reference", "gate"): "baselines",
              ("candidate", "kernel_time"): "cross_checks",
              ("candidate", "peak"): "cross_checks"}
