@@ -29,7 +29,8 @@ from typing import Any
 
 from kcoder.evaluate.channel import ChannelError, Peer
 
-QUEUE_WAIT_S = 5.0  # a process that has not queued its batch by then waits on the GPU itself
+QUEUE_WAIT_S = 2.0  # a process that has not queued its batch by then waits on the GPU itself
+HOST_BOUND_WAIT_S = 0.05  # and once one of its batches did, the next ones are not waited for as long
 MAX_CALLS = {"cuda": 64, "cpu": 512}  # cuda: the launches of a batch must fit the device's queue
 TARGET_S = {"cuda": 0.01, "cpu": 0.05}  # the implementation's own time per batch
 KEEP_BYTES = 2**30  # a batch's outputs are kept for the judge's drawn checks (in both processes)
@@ -70,6 +71,7 @@ class GatePage:
         os.ftruncate(self.fd, 4096)
         self.map = mmap.mmap(self.fd, 4096)
         self.generation = 0
+        self.process: Any = None  # the process it was handed to (judgetiming.gate_page)
 
     def next(self) -> int:
         self.generation += 1
@@ -99,6 +101,7 @@ class BatchClock:
 
     def __init__(self, endpoint: Endpoint, cuda: bool, deadline: float, impl: str = "") -> None:
         self.ep, self.cuda, self.deadline, self.impl = endpoint, cuda, deadline, impl
+        self.host_bound = False  # a batch of this implementation waited on the GPU within a call
 
     def left(self) -> float:
         return max(0.1, self.deadline - time.monotonic())
@@ -110,12 +113,14 @@ class BatchClock:
             ep.peer.send(op="batch", seed=seed, n=n, calibration=calibration, impl=self.impl, generation=generation)
             host_bound = False
             if self.cuda:
+                wait_s = HOST_BOUND_WAIT_S if self.host_bound and not calibration else QUEUE_WAIT_S
                 try:
-                    queued: dict[str, Any] | None = ep.peer.receive(min(QUEUE_WAIT_S, self.left()), watch=False)
+                    queued: dict[str, Any] | None = ep.peer.receive(min(wait_s, self.left()), watch=False)
                 except ChannelError as exc:
                     if exc.kind != "timeout":
                         raise
                     queued, host_bound = None, True  # it waits on the GPU within a call: open the gate
+                    self.host_bound |= not calibration
                 started = time.monotonic()
                 assert ep.page is not None
                 ep.page.open(key, generation)

@@ -20,8 +20,11 @@ def gate_page(pages: dict[int, GatePage], peer: Peer, sock: Any, ask: Any) -> Ga
     from kcoder.evaluate.handoff import send_fd
 
     pid = peer.proc.pid
+    for gone in [p for p, page in pages.items() if page.process is not None and page.process.poll() is not None]:
+        pages.pop(gone).close()  # a session's earlier candidates: their pages go with them
     if pid not in pages:
         page = GatePage()
+        page.process = peer.proc
         try:
             send_fd(sock, page.fd)
         except OSError:

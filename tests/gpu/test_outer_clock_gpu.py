@@ -73,3 +73,18 @@ def test_a_third_of_the_device_time_reported_is_rejected(tmp_path):
         print(f"OUTER CLOCK under-report 3x, {label}: {verdict.reason}")
         assert not verdict.correct and verdict.reward == -1 and verdict.stage == "timing", verdict.reason
         assert OUTER_CLOCK in verdict.reason, verdict.reason
+
+
+def test_a_candidate_that_waits_for_the_gpu_in_each_call_is_timed_with_its_host(tmp_path):
+    """A device synchronize inside forward (common in hand-written kernels' error checks): its
+    batches cannot be queued behind the gate, so the judge opens it after QUEUE_WAIT_S once and
+    times the rest with the host in the loop; accepted, said so, and in seconds, not minutes."""
+    started = time.monotonic()
+    verdict = _eval(tmp_path, "out = _ext.scale_add_relu(x, y, self.scale)\ntorch.cuda.synchronize()\nreturn out",
+                    static_checks=False)
+    seconds = time.monotonic() - started
+    assert verdict.correct and verdict.stage == "done", verdict.reason
+    note, judged, claimed = _clock_note(verdict)
+    print(f"\nOUTER CLOCK synchronizing candidate: {note} ({seconds:.0f} s)")
+    assert "host was in the loop" in note, note
+    assert seconds < 90, f"a verdict of {seconds:.0f} s: every batch waited for the gate"
