@@ -231,11 +231,21 @@ def cpu_key(torch: Any, key: int) -> Any:
     return torch.tensor(key & M32, dtype=torch.int64)
 
 
+def calibration_template(torch: Any, out: Any) -> Any:
+    """Tensors of the harness's own, shaped as an implementation's output `out` (only its shapes,
+    dtypes and devices are read): what the calibration returns must cost what a plain output
+    costs to commit, whatever the candidate's own tensors would cost to read."""
+    if isinstance(out, torch.Tensor):
+        return torch.zeros(tuple(out.shape), dtype=out.dtype, device=out.device)
+    if isinstance(out, (list, tuple)):
+        return [calibration_template(torch, o) for o in out]
+    return None
+
+
 def calibration_module(torch: Any, template: Any) -> Any:
     """What stands in for an implementation in a calibration batch: a module that computes
-    nothing and returns `template` (an output of the implementation's, kept by the process), so
-    that the batch's own costs (inputs, flush, commitments, messages) are measured and taken off.
-    No copy: at multi-GB outputs a second one would cost memory the problem may not have."""
+    nothing and returns `template` (calibration_template), so that the batch's own costs
+    (inputs, flush, commitments, messages) are measured and taken off."""
 
     class Calibration(torch.nn.Module):
         def forward(self, *args: Any) -> Any:

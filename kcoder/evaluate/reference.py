@@ -304,7 +304,7 @@ class ReferenceServer:
                  impl: str = "eager") -> dict[str, Any]:
         """n calls of eager or torch.compile timed by the judge's clock, exactly as the
         candidate's are (batchrun.py): the same inputs, flush, commitments and gate."""
-        from kcoder.evaluate.batchrun import BatchRun, calibration_module, serve_batch
+        from kcoder.evaluate.batchrun import BatchRun, calibration_module, calibration_template, serve_batch
         from kcoder.evaluate.timing import flush_l2, l2_flush_buffer
 
         torch, base = self.torch, self.inputs(seed)
@@ -313,7 +313,7 @@ class ReferenceServer:
         model = self.compiled if impl == "compile" else self.model
         if impl not in self.templates:  # un-timed calls: torch.compile compiles here; the calibration's shape
             with torch.no_grad():
-                self.templates[impl] = [model(*base), model(*base)][-1]
+                self.templates[impl] = calibration_template(torch, [model(*base), model(*base)][-1])
         model = calibration_module(torch, self.templates[impl]) if calibration else model
         if self.device == "cuda" and self.flush_buffer is None:
             self.flush_buffer = l2_flush_buffer(torch)

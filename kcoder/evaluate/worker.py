@@ -249,14 +249,14 @@ class CandidateServer:
         """n calls timed by the judge's own clock (batchrun.py, judgeclock.py); each call's
         output committed before "done" and kept until the next batch for the judge's drawn
         checks. `calibration`: a module that computes nothing stands in for the candidate."""
-        from kcoder.evaluate.batchrun import BatchRun, GateError, calibration_module, serve_batch
+        from kcoder.evaluate.batchrun import BatchRun, GateError, calibration_module, calibration_template, serve_batch
         from kcoder.evaluate.timing import flush_l2
 
         torch, self.batch_run, self.last = self.torch, None, None
         base = self.inputs(seed)
         if self.template is None:  # an un-timed call: the shape of what the calibration returns
             with torch.no_grad():
-                self.template = self._call(base, "timing")
+                self.template = calibration_template(torch, self._call(base, "timing"))
         model = calibration_module(torch, self.template) if calibration else self.model
         flush = (lambda: flush_l2(self.clock.flush_buffer)) if self.device == "cuda" else None
         run = BatchRun(torch, self.device, model, base, n, keep=not calibration, flush=flush)

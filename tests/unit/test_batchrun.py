@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 from kcoder.evaluate.batchrun import (  # noqa: E402
     BatchRun,
     calibration_module,
+    calibration_template,
     checksum,
     commitments,
     cpu_key,
@@ -70,9 +71,10 @@ def test_a_checksum_binds_every_byte_and_not_the_layout():
 
 def test_calibration_returns_outputs_shaped_as_the_implementations():
     out = Affine()(*base_inputs())
-    cal = calibration_module(torch, out)
+    cal = calibration_module(torch, calibration_template(torch, out))
     got = cal(*base_inputs())
     assert [t.shape for t in got] == [t.shape for t in out] and got[0].dtype == out[0].dtype
+    assert all(g.data_ptr() != o.data_ptr() for g, o in zip(got, out, strict=True)), "the harness's own tensors"
 
 
 def test_gate_page_layout():
