@@ -65,10 +65,11 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         try:
             ref = children.start_reference()
             info = _ask(ref, options.problem_timeout_s, problem.path, None)
-            samples = _time_baselines(children, ref, problem.path, options)
+            samples, calibration = _time_baselines(children, ref, problem.path, options)
             # after the baselines, as in the judge: a node's first ceiling measurement (GiB
             # copies, matmuls) must not run right before a baseline is timed
             sol = _ask(ref, options.problem_timeout_s, problem.path, {"op": "sol"})
+            sol["calibration"] = calibration.to_list()  # a verdict's batches are taken off by it
         finally:
             children.close()
     if "sol_error" not in sol:  # the run's first verdicts reuse them (basecache.py)
@@ -83,7 +84,7 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         min_bytes=sol.get("min_bytes"), seconds=round(time.perf_counter() - started, 1))
 
 
-def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions) -> dict[str, list[float]]:
+def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions) -> tuple[dict[str, list[float]], Any]:
     """Eager and torch.compile by the judge's clock, as a verdict times them (judgetiming.py)."""
     from kcoder.evaluate.judgeclock import SAMPLES, Endpoint
     from kcoder.evaluate.judgetiming import baseline_figures, gate_page

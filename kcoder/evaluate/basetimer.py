@@ -22,6 +22,15 @@ class Baselines:
         self.cached = basecache.load_baselines(self.key) if basecache.reuse_enabled() else None
         self.before: dict[str, list[float]] = {}
         self.sol: dict[str, Any] = {}
+        # What every batch of this problem costs besides the implementation (judgeclock.Calibration),
+        # measured with the baselines, while no candidate process is alive, and cached with them.
+        self.calibration: Any = None
+        if self.cached:
+            from kcoder.evaluate.judgeclock import Calibration
+
+            self.calibration = Calibration.from_value(self.cached["sol"].get("calibration"))
+            if self.calibration is None:
+                self.cached = None  # an entry without it is measured again
 
     def _key(self) -> dict[str, Any]:
         j = self.judge
@@ -40,7 +49,7 @@ class Baselines:
         self.before = self.measure(deadline)
         # After the baselines: the first time on a node this measures the device's ceilings
         # (GiB-sized copies, matmuls), which must not run just before a baseline is timed.
-        self.sol = self.judge.ask_reference(_left(deadline), "timing", op="sol")
+        self.sol = {**self.judge.ask_reference(_left(deadline), "timing", op="sol"), **self.sol}
         return self.sol
 
     def last(self, deadline: float, candidate: list[float]) -> dict[str, list[float]]:
@@ -62,7 +71,10 @@ class Baselines:
         timed by the judge's clock exactly as the candidate is (judgetiming.py)."""
         from kcoder.evaluate.judgeclock import SAMPLES
 
-        return self.judge.time_baselines(deadline, SAMPLES // 2 + 1)
+        samples, self.calibration = self.judge.time_baselines(deadline, SAMPLES // 2 + 1, self.calibration)
+        if self.calibration is not None:
+            self.sol["calibration"] = self.calibration.to_list()  # cached with the baselines
+        return samples
 
 
 def _left(deadline: float) -> float:

@@ -247,7 +247,7 @@ class Judge:
             self.finish_start(first=False)
         v.stage = "timing"
         events = self.candidate_rounds(deadline)  # the candidate's process's own figure: a diagnostic
-        figure = candidate_figure(self, deadline, self.output_bytes)
+        figure = candidate_figure(self, deadline, self.output_bytes, base.calibration)
         judge_figure(self, figure, statistics.median(events))
         hidden_work_check(self, statistics.median(events), deadline)
         self.record_peak(deadline)
@@ -298,13 +298,14 @@ class Judge:
         checks = {0, *self.rng.sample(range(expected), share)}
         return checks, set(self.rng.sample(range(expected), share))
 
-    def time_baselines(self, deadline: float, samples: int) -> dict[str, list[float]]:
-        """Eager's and torch.compile's samples by the judge's clock (the reference process)."""
+    def time_baselines(self, deadline: float, samples: int, calibration: Any) -> tuple[dict[str, list[float]], Any]:
+        """Eager's and torch.compile's samples by the judge's clock, and the calibration (measured when None)."""
         from kcoder.evaluate.judgetiming import baseline_figures, reference_endpoint
 
         self.deadline = deadline
         return baseline_figures(reference_endpoint(self), self.options.device == "cuda", deadline, samples,
-                                self.share_s() / 2, self.options.compile_baseline, self.stages, self.output_bytes)
+                                self.share_s() / 2, self.options.compile_baseline, self.stages, self.output_bytes,
+                                calibration)
 
     def left(self) -> float:
         return _left(self.deadline) if getattr(self, "deadline", None) else 60.0

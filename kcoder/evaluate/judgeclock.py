@@ -10,10 +10,12 @@ gate page the judge writes, so the clock sees the device's work, not the host's 
 process that cannot queue its calls ahead (it waits for the GPU inside a call) is timed with
 its host in the loop, which is what such an implementation costs.
 
-A calibration batch (a module that computes nothing, outputs shaped as the implementation's)
-measures what a batch costs besides the implementation: the inputs' factors, the L2 flush,
-the commitments, the messages. Each sample is a batch less the mean of the calibrations on
-either side of it, per call.
+What a batch costs besides the implementation (the inputs' factors, the L2 flush, the
+commitments, the messages) is measured in the reference process alone, while no candidate
+process is alive (a calibration: batches of a module that computes nothing and returns tensors
+shaped as the output, at two sizes, a line under their fastest runs); the candidate's process
+never calibrates, so nothing it does can make the part taken off larger. Each sample is a batch
+less that line's cost at its size, per call.
 """
 
 from __future__ import annotations
@@ -34,9 +36,13 @@ HOST_BOUND_WAIT_S = 0.05  # and once one of its batches did, the next ones are n
 MAX_CALLS = {"cuda": 64, "cpu": 512}  # cuda: the launches of a batch must fit the device's queue
 TARGET_S = {"cuda": 0.01, "cpu": 0.05}  # the implementation's own time per batch
 KEEP_BYTES = 2**30  # a batch's outputs are kept for the judge's drawn checks (in both processes)
+CALIBRATION_REPEATS = 3
+MIN_RESOLUTION_S = 1e-6  # the least a batch's own work reads as (a sample is never zero)
+PROBE_CALLS = 4  # a first batch sizes the batches of an implementation
 SAMPLES = 5  # the candidate's; each with one drawn call checked (5 more checks than input sets)
 BAND = 0.10  # the judge's clock may exceed an in-process figure by this share ...
-SLACK_US = 3.0  # ... plus this, before the in-process figure is called false
+SLACK_US = 3.0  # ... plus this, ...
+HARNESS_SHARE = 0.5  # ... plus this share of the batch's own per-call cost, before it is called false
 
 
 @dataclass
@@ -52,6 +58,39 @@ class Batch:
 
 
 @dataclass
+class Calibration:
+    """A batch's own seconds at n calls: fixed + n * per_call, a line under the fastest of the
+    calibration batches at every size measured; `spread` their run-to-run variation (seconds)."""
+
+    fixed_s: float
+    per_call_s: float
+    spread_s: float
+
+    def seconds(self, n: int) -> float:
+        return self.fixed_s + n * self.per_call_s
+
+    def to_list(self) -> list[float]:
+        return [self.fixed_s, self.per_call_s, self.spread_s]
+
+    @staticmethod
+    def from_value(value: Any) -> Calibration | None:
+        """A cached calibration, or None when it is not three finite non-negative numbers."""
+        if (isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value)
+                and all(0 <= v < 3600 for v in value)):
+            return Calibration(*map(float, value))
+        return None
+
+
+def fit_calibration(fastest: dict[int, float], spread_s: float) -> Calibration:
+    """The line under every size's fastest calibration batch (never above one: the part taken
+    off a sample is never more than the batch itself was seen to cost)."""
+    lo, hi = min(fastest), max(fastest)
+    per_call = max(0.0, (fastest[hi] - fastest[lo]) / (hi - lo)) if hi > lo else 0.0
+    fixed = max(0.0, min(seconds - per_call * n for n, seconds in fastest.items()))
+    return Calibration(fixed, per_call, spread_s)
+
+
+@dataclass
 class Figure:
     """An implementation's per-call samples by the judge's clock, and how they were taken."""
 
@@ -59,6 +98,8 @@ class Figure:
     n: int = 0
     host_bound: bool = False
     batches: list[Batch] = field(default_factory=list)
+    at_resolution: int = 0  # samples whose own work was within the calibration's spread
+    harness_us: float = 0.0  # the batch's own cost per call (the calibration's), taken off every sample
 
 
 class GatePage:
@@ -137,29 +178,51 @@ class BatchClock:
         done = ep.expect(done, "done")
         return Batch(n, seconds, seed, key, _commitments(done.get("commitments"), n), host_bound)
 
-    def figure(self, first_us: float, keep_bytes: int, samples: int = SAMPLES, budget_s: float = 1.0,
-               on_batch: Callable[[Batch], None] | None = None) -> Figure:
-        """`samples` per-call samples; `first_us` sizes the batches (any hint: a wrong one costs
-        precision, never the verdict's soundness); `keep_bytes` an output's bytes (the batch
-        keeps every output until the judge has drawn its checks); `budget_s` the implementation's
-        own seconds over every batch, at most (a batch lasts at most TARGET_S). `on_batch` sees every timed
-        (non-calibration) batch: the judge checks drawn calls there."""
+    def calibrate(self) -> Calibration:
+        """The batch's own cost (run in the reference process, no candidate alive): one call, then
+        a size whose batch lasts about TARGET_S, each CALIBRATION_REPEATS times; a line under
+        their fastest runs, and the smaller of their spreads (the clock's resolution)."""
         device = "cuda" if self.cuda else "cpu"
-        target_s = min(TARGET_S[device], budget_s / (2 * samples + 1))
-        n = int(target_s * 1e6 / max(first_us, 0.1))
+        fastest, spreads = {}, []
+        for n in (1, 0):
+            if n == 0:  # the second size, from the first's time (an upper bound of its per-call cost)
+                n = max(4, min(MAX_CALLS[device], int(4 * TARGET_S[device] / max(fastest[1], 1e-6))))
+            times = sorted(self.batch(n, calibration=True).seconds for _ in range(CALIBRATION_REPEATS))
+            fastest[n] = times[0]
+            spreads.append(times[1] - times[0])
+        return fit_calibration(fastest, min(spreads))
+
+    def hint_us(self, calibration: Calibration) -> float:
+        """The implementation's time per call from a small batch (sizes the batches): its own,
+        but never under a quarter of the whole batch's per call (noise can make its own look like
+        nothing, and a batch sized for nothing would keep thousands of outputs)."""
+        run = self.batch(PROBE_CALLS, calibration=False)
+        own = (run.seconds - calibration.seconds(PROBE_CALLS)) / PROBE_CALLS * 1e6
+        return max(own, run.seconds / PROBE_CALLS * 1e6 / 4, 1.0)
+
+    def figure(self, calibration: Calibration, keep_bytes: int, samples: int = SAMPLES, budget_s: float = 1.0,
+               on_batch: Callable[[Batch], None] | None = None) -> Figure:
+        """`samples` per-call samples, each a batch less `calibration`'s cost at its size;
+        `keep_bytes` an output's bytes (the batch keeps every output until the judge has drawn its
+        checks); `budget_s` the implementation's own seconds over every batch, at most (a batch
+        lasts at most TARGET_S). `on_batch` sees every batch: the judge checks drawn calls there."""
+        device = "cuda" if self.cuda else "cpu"
+        target_s = min(TARGET_S[device], budget_s / (samples + 1))
+        n = int(target_s * 1e6 / self.hint_us(calibration))
         n = max(1, min(n, MAX_CALLS[device], max(1, KEEP_BYTES // max(keep_bytes, 1))))
-        figure = Figure(n=n)
-        before = self.batch(n, calibration=True)
+        figure = Figure(n=n, harness_us=calibration.per_call_s * 1e6)
+        # Work under the clock's resolution (the calibration's spread) reads as that resolution:
+        # the figure says "no more than this", never zero.
+        resolution = max(calibration.spread_s, MIN_RESOLUTION_S)
         for _ in range(samples):
             run = self.batch(n, calibration=False)
             if on_batch is not None:  # before the next batch: the process keeps one batch's outputs
                 on_batch(run)
-            after = self.batch(n, calibration=True)
             figure.batches.append(run)
             figure.host_bound |= run.host_bound
-            own = run.seconds - (before.seconds + after.seconds) / 2
-            figure.samples.append(max(own, 0.0) / n * 1e6)
-            before = after
+            own = run.seconds - calibration.seconds(n)
+            figure.samples.append(max(own, resolution) / n * 1e6)
+            figure.at_resolution += own <= resolution
         return figure
 
 
@@ -171,16 +234,20 @@ def _commitments(value: Any, n: int) -> list[list[int]]:
     return [[int(v) for v in row if isinstance(v, int)] if isinstance(row, list) else [] for row in value]
 
 
-def disagreement(judge_samples: list[float], reported_us: float, host_bound: bool) -> str:
+def disagreement(judge_samples: list[float], reported_us: float, host_bound: bool, harness_us: float = 0.0) -> str:
     """A reason to refuse when the judge's clock measured more than the candidate's process
     reported for the same work beyond the noise band (its fastest sample against the band, so a
-    busy host never accuses); "" otherwise. A process that waits on the GPU within a call is
-    timed with its host in the loop, which its own events do not see: no accusation then."""
+    busy host never accuses); "" otherwise. The band: BAND of the report, SLACK_US, and half of
+    the batch's own per-call cost (`harness_us`: calibrated in the reference process, it may cost
+    more in the candidate's). A process that waits on the GPU within a call is timed with its
+    host in the loop, which its own events do not see: no accusation then. The figure is the
+    judge's either way: this only names a timer that does not see all of the work."""
     if host_bound or not judge_samples or reported_us <= 0:
         return ""
     fastest = min(judge_samples)
-    if fastest <= reported_us * (1 + BAND) + SLACK_US:
+    if fastest <= reported_us * (1 + BAND) + SLACK_US + HARNESS_SHARE * harness_us:
         return ""
     return (f"integrity: the candidate's process reported {reported_us:.1f} us per call, but the judge's own "
             f"clock measured at least {fastest:.1f} us per call of the same work (more than {BAND:.0%} + "
-            f"{SLACK_US:g} us apart): a timer that does not see all of the work")
+            f"{SLACK_US:g} us + half the batch's own {harness_us:.1f} us per call apart): a timer that does not "
+            "see all of the work")

@@ -4,14 +4,15 @@ against its commitment), and the baselines' figures, all timed the same way."""
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from typing import Any
 
 from kcoder.evaluate.channel import ChannelError, Peer
-from kcoder.evaluate.judgeclock import SAMPLES, BatchClock, Endpoint, Figure, GatePage
+from kcoder.evaluate.judgeclock import SAMPLES, BatchClock, Calibration, Endpoint, Figure, GatePage
 
-PROBE_CALLS = 4  # a first batch pair sizes the batches of an implementation
+AUDITS = 2  # guarded audit calls among the candidate's batches (torch compute refused there)
 
 
 def gate_page(pages: dict[int, GatePage], peer: Peer, sock: Any, ask: Any) -> GatePage:
@@ -73,46 +74,46 @@ def reference_endpoint(judge: Any) -> Endpoint:
     return Endpoint(peer, fail, expect, _gate(judge, peer, judge.children.ref_share, ask))
 
 
-def _hint_us(clock: BatchClock) -> float:
-    """The implementation's time per call from a small batch pair (sizes the batches): its own,
-    but never under a quarter of the whole batch's per call (noise can make its own look like
-    nothing, and a batch sized for nothing would keep thousands of outputs)."""
-    cal = clock.batch(PROBE_CALLS, calibration=True)
-    run = clock.batch(PROBE_CALLS, calibration=False)
-    own = (run.seconds - cal.seconds) / PROBE_CALLS * 1e6
-    return max(own, run.seconds / PROBE_CALLS * 1e6 / 4, 1.0)
-
-
-def candidate_figure(judge: Any, deadline: float, output_bytes: int) -> Figure:
+def candidate_figure(judge: Any, deadline: float, output_bytes: int, calibration: Calibration) -> Figure:
     """The candidate's samples by the judge's clock; one drawn call of every timed batch is
     checked (its output against the reference's for that call's inputs, and against the
     commitment its process sent before the clock stopped)."""
     clock = BatchClock(candidate_endpoint(judge), judge.options.device == "cuda", deadline)
     started = time.monotonic()
 
-    def check(batch: Any) -> None:
-        call = secrets.randbelow(batch.n)
-        judge.checked_batch_call(batch, call, deadline)
+    audits = set(random.Random(secrets.randbits(64)).sample(range(SAMPLES), AUDITS))
+    done = [0]
 
-    figure = clock.figure(_hint_us(clock), output_bytes, SAMPLES, judge.share_s(), on_batch=check)
+    def check(batch: Any) -> None:
+        judge.checked_batch_call(batch, secrets.randbelow(batch.n), deadline)
+        if done[0] in audits:  # a guarded call between batches, at a call count no process can know
+            judge.checked_call("timing", f"audit call after batch {done[0] + 1} of the judge's clock", deadline)
+        done[0] += 1
+
+    figure = clock.figure(calibration, output_bytes, SAMPLES, judge.share_s(), on_batch=check)
     judge.stages.add("judge_clock", time.monotonic() - started)
     return figure
 
 
 def baseline_figures(endpoint: Endpoint, cuda: bool, deadline: float, samples: int, budget_s: float,
-                     compile_baseline: bool, stages: Any = None, output_bytes: int = 0) -> dict[str, list[float]]:
+                     compile_baseline: bool, stages: Any = None, output_bytes: int = 0,
+                     calibration: Calibration | None = None) -> tuple[dict[str, list[float]], Calibration]:
     """Eager's and torch.compile's samples by the judge's clock, in the reference process behind
-    `endpoint` (the judge's, or `kcoder baseline`'s); `output_bytes` sizes the batches as the
-    candidate's are (each keeps its outputs)."""
+    `endpoint` (the judge's, or `kcoder baseline`'s), with no candidate process alive; and the
+    calibration every implementation's batches are taken off by (measured first, when not given).
+    `output_bytes` sizes the batches as the candidate's are (each keeps its outputs)."""
     impls = ["eager"] + (["compile"] if compile_baseline else [])
     out: dict[str, list[float]] = {}
     for impl in impls:
         started = time.monotonic()
         clock = BatchClock(endpoint, cuda, deadline, impl)
-        out[impl] = clock.figure(_hint_us(clock), output_bytes, samples, budget_s).samples
+        if calibration is None:
+            calibration = clock.calibrate()
+        out[impl] = clock.figure(calibration, output_bytes, samples, budget_s).samples
         if stages is not None:
             stages.add(f"baselines_{impl}", time.monotonic() - started)
-    return out
+    assert calibration is not None
+    return out, calibration
 
 
 def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
@@ -125,8 +126,9 @@ def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
     judge.verdict.notes.append(
         f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls "
         f"(the candidate's process reported {reported_us:.1f} us per call)"
+        + (f"; {figure.at_resolution} of them at the clock's resolution" if figure.at_resolution else "")
         + ("; its host was in the loop (it waits for the GPU within a call)" if figure.host_bound else ""))
-    reason = disagreement(figure.samples, reported_us, figure.host_bound)
+    reason = disagreement(figure.samples, reported_us, figure.host_bound, figure.harness_us)
     if reason:
         judge.fail("timing", reason)
 

@@ -54,7 +54,6 @@ class CandidateServer:
         self.candidate_path = Path(job["candidate"])
         self.last: Any = None
         self.previous: Any = None  # the last verification output, kept to catch reuse
-        self.template: Any = None  # an output of the candidate's: the calibration batch returns its like
         self.batch_run: Any = None  # the last batch, its outputs kept for the judge's checks
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps, for the verdict's stage times
         self.compile_s = 0.0  # seconds inside load_inline
@@ -245,28 +244,26 @@ class CandidateServer:
             raise HarnessFault(f"the gate page: {first_line(exc)}") from None
         return {"gate": True}
 
-    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0, impl: str = "") -> dict[str, Any]:
+    def op_batch(self, seed: int, n: int, calibration: bool = False, generation: int = 0,
+                 impl: str = "") -> dict[str, Any]:
         """n calls timed by the judge's own clock (batchrun.py, judgeclock.py); each call's
         output committed before "done" and kept until the next batch for the judge's drawn
-        checks. `calibration`: a module that computes nothing stands in for the candidate."""
-        from kcoder.evaluate.batchrun import BatchRun, GateError, calibration_module, calibration_template, serve_batch
+        checks. No calibration runs here: the judge measures that in the reference process alone."""
+        from kcoder.evaluate.batchrun import BatchRun, GateError, serve_batch
         from kcoder.evaluate.timing import flush_l2
 
-        torch, self.batch_run, self.last = self.torch, None, None
-        base = self.inputs(seed)
-        if self.template is None:  # an un-timed call: the shape of what the calibration returns
-            with torch.no_grad():
-                self.template = calibration_template(torch, self._call(base, "timing"))
-        model = calibration_module(torch, self.template) if calibration else self.model
+        if calibration:
+            raise HarnessFault("the candidate's process runs no calibration batch")
+        self.batch_run, self.last = None, None
         flush = (lambda: flush_l2(self.clock.flush_buffer)) if self.device == "cuda" else None
-        run = BatchRun(torch, self.device, model, base, n, keep=not calibration, flush=flush)
+        run = BatchRun(self.torch, self.device, self.model, self.inputs(seed), n, keep=True, flush=flush)
         try:
             sums = serve_batch(self.link, run, getattr(self, "gate", None), generation,
-                               lambda fn: self._call(fn, "timing", direct=True), "calibration" if calibration else "")
+                               lambda fn: self._call(fn, "timing", direct=True), "run")
         except GateError as exc:
             raise HarnessFault(str(exc)) from None
         self._integrity("timing", "a batch")
-        self.batch_run = None if calibration else run
+        self.batch_run = run
         return {"done": True, "commitments": sums}
 
     def op_save_batch(self, index: int, path: str) -> dict[str, Any]:

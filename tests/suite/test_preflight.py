@@ -50,14 +50,15 @@ def slow_device(tmp_path, monkeypatch) -> Path:
     """A private cache whose ceilings for this CPU are injected (see the module docstring)."""
     import torch
 
-    from kcoder.device_limits import device_key
+    from kcoder.device_limits import CPU_CURVE_BYTES, device_key
     from kcoder.trust import signed
 
     cache = tmp_path / "cache"
     (cache / "profile").mkdir(parents=True)
     limits = {"device": device_key(torch, "cpu"), "copy_bytes_per_s": SLOW_COPY_BPS, "fp32_flops_per_s": 1e11,
               "method": "injected by the test",
-              "size_rates": {str(2 * 4096 * 4096 * 4): SLOW_COPY_BPS}}  # at the problem's own size as well
+              "size_rates": {str(2 * 4096 * 4096 * 4): SLOW_COPY_BPS},  # at the problem's own size as well
+              "copy_curve": {str(size): SLOW_COPY_BPS for size in CPU_CURVE_BYTES}}  # every working set: no re-measure
     monkeypatch.setenv("KCODER_CACHE", str(cache))
     # signed with this cache's key, as kcoder's own measurement is (an unsigned entry is not believed)
     (cache / "profile" / "devices.json").write_text(json.dumps({limits["device"]: signed(limits)}))

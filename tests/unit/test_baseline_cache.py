@@ -61,12 +61,15 @@ class FakeJudge:
         assert op == "sol", op
         return dict(SOL)
 
-    def time_baselines(self, deadline, samples):
+    def time_baselines(self, deadline, samples, calibration):
         """The judge's clock over the reference process's batches (judgetiming.baseline_figures)."""
+        from kcoder.evaluate.judgeclock import Calibration
+
         self.requests.append("baselines")
         self.stages.add("baselines_eager", 0.5)
         self.stages.add("baselines_compile", 2.0)
-        return {"eager": _times(self.eager_us, 10), "compile": _times(80.0, 10)}
+        return {"eager": _times(self.eager_us, 10), "compile": _times(80.0, 10)}, calibration or Calibration(
+            1e-3, 1e-5, 1e-5)
 
 
 def _evaluate(judge: FakeJudge, candidate_us: float) -> dict[str, list[float]]:

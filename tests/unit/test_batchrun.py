@@ -18,7 +18,15 @@ from kcoder.evaluate.batchrun import (  # noqa: E402
     perturbed,
 )
 from kcoder.evaluate.harnesscheck import harness_fingerprint  # noqa: E402
-from kcoder.evaluate.judgeclock import BAND, SLACK_US, GatePage, _commitments, disagreement  # noqa: E402
+from kcoder.evaluate.judgeclock import (  # noqa: E402
+    BAND,
+    SLACK_US,
+    Calibration,
+    GatePage,
+    _commitments,
+    disagreement,
+    fit_calibration,
+)
 
 
 class Affine(torch.nn.Module):
@@ -118,3 +126,12 @@ def test_harness_code_replaced_in_place_changes_the_fingerprint():
         assert after[0] == before[0] and after[1] != before[1]
     finally:
         batchrun.checksum.__code__ = original
+
+
+def test_the_calibration_is_a_line_under_every_fastest_batch():
+    fastest = {1: 0.0012, 16: 0.0020, 64: 0.0041}
+    line = fit_calibration(fastest, spread_s=1e-4)
+    assert all(line.seconds(n) <= seconds + 1e-12 for n, seconds in fastest.items())
+    assert line.per_call_s == pytest.approx((0.0041 - 0.0012) / 63)
+    assert Calibration.from_value(line.to_list()) == line
+    assert Calibration.from_value([1.0, -2.0, 0.0]) is None and Calibration.from_value("x") is None

@@ -21,7 +21,7 @@ def test_correct_candidate_is_accepted_with_timing(write_candidate):
     assert code == 0, v["reason"]
     assert v["correct"] and v["compiled"] and v["stage"] == "done"
     assert v["reward"] >= 1
-    assert v["n_input_sets"] >= 5 and v["timing_rounds"] >= 10
+    assert v["n_input_sets"] >= 5 and v["timing_rounds"] >= 5  # the judge's clock's samples
     assert v["eager_us"] > 0 and v["compile_us"] > 0 and v["candidate_us"] > 0
     assert v["speedup_vs_eager"] == pytest.approx(v["eager_us"] / v["candidate_us"])
     lo, hi = v["speedup_vs_compile_ci"]
