@@ -8,6 +8,8 @@ given, as a GPU machine would state it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -155,11 +157,73 @@ def test_results_file_that_is_not_one_is_named(slice_set, tmp_path):
         run_suite(plan(slice_set, results), tmp_path / "s1", backend="pool", execute=fake_execute([]), ident=H100)
 
 
-def test_commit_from_the_environment_or_git(monkeypatch, tmp_path):
-    monkeypatch.setenv("KCODER_COMMIT", "0123abc")
-    assert ledger.kcoder_commit() == "0123abc"
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A git checkout holding a kcoder/ package (one commit), no config or repository of the
+    host's leaking in; returns (its folder, a git runner)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name, value in (("HOME", str(home)), ("GIT_CONFIG_NOSYSTEM", "1"), ("GIT_CONFIG_GLOBAL", str(home / "cfg")),
+                        ("GIT_CEILING_DIRECTORIES", str(tmp_path))):
+        monkeypatch.setenv(name, value)
+    for name in ("KCODER_COMMIT", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "checkout"
+    (root / "kcoder").mkdir(parents=True)
+    (root / "kcoder" / "judge.py").write_text("JUDGE = 1\n")
+    (root / "README.md").write_text("readme\n")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=root,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    return root, git
+
+
+def test_commit_is_the_checkouts_head_dirty_when_its_tracked_kcoder_files_differ(checkout):
+    root, git = checkout
+    head = git("rev-parse", "HEAD")
+    assert ledger.kcoder_commit(root) == head and len(head) == 40
+    (root / "kcoder" / "new_module.py").write_text("# untracked\n")
+    (root / "README.md").write_text("changed, but not under kcoder/\n")
+    assert ledger.kcoder_commit(root) == head
+    (root / "kcoder" / "judge.py").write_text("JUDGE = 2\n")
+    assert ledger.kcoder_commit(root) == head + "+dirty"
+    git("add", "kcoder/judge.py")  # staged, not committed: still not HEAD's code
+    assert ledger.kcoder_commit(root) == head + "+dirty"
+    git("commit", "-q", "-m", "two")
+    assert ledger.kcoder_commit(root) == git("rev-parse", "HEAD") != head
+
+
+def test_commit_is_the_environments_or_unknown(checkout, monkeypatch, tmp_path):
+    root, git = checkout
+    monkeypatch.setenv("KCODER_COMMIT", "0123abc\n")
+    assert ledger.kcoder_commit(root) == "0123abc"
     monkeypatch.delenv("KCODER_COMMIT")
-    assert ledger.kcoder_commit(tmp_path) == "unknown"  # no git checkout there
+    (tmp_path / "plain" / "kcoder").mkdir(parents=True)
+    assert ledger.kcoder_commit(tmp_path / "plain") == "unknown"  # no git checkout there (a pip install)
+    assert ledger.kcoder_commit(tmp_path / "nowhere") == "unknown"
+    # a package inside some other project's checkout that does not track it (a venv in a project)
+    (root / ".gitignore").write_text("site/\n")
+    (root / "site" / "kcoder").mkdir(parents=True)
+    (root / "site" / "kcoder" / "judge.py").write_text("JUDGE = 1\n")
+    assert ledger.kcoder_commit(root / "site") == "unknown"
+    empty = tmp_path / "empty"
+    (empty / "kcoder").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(empty)], check=True)
+    (empty / "kcoder" / "judge.py").write_text("JUDGE = 1\n")
+    subprocess.run(["git", "-C", str(empty), "add", "."], check=True)
+    assert ledger.kcoder_commit(empty) == "unknown"  # tracked, but no commit yet
+    monkeypatch.setenv("PATH", str(tmp_path / "home"))  # no git executable to run
+    assert ledger.kcoder_commit(root) == "unknown"
+    monkeypatch.setitem(sys.modules, "git", None)  # gitpython cannot be imported (it raises so without git)
+    assert ledger.kcoder_commit(root) == "unknown"
+
+
+def test_this_kcoders_commit():
     found = ledger.kcoder_commit()
     assert found == "unknown" or len(found.split("+")[0]) == 40
 
