@@ -21,8 +21,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -68,21 +66,15 @@ def kcoder_commit(root: Path | None = None) -> str:
 
 def identity(device: str, settings: dict[str, Any]) -> dict[str, Any]:
     """What the rows of this run share: commit, the device's name and torch's version as a
-    verdict states them (asked of a child process: kcoder's own never touches the GPU), and the
-    options that change what a verdict measures."""
-    from kcoder.procs import child_env
+    verdict states them, and the options that change what a verdict measures. Found in this
+    process without importing torch or touching the GPU (the judge's processes own it): the
+    name by hostinfo (the CPU's model; the visible GPU's from nvidia-smi), torch's version from
+    its version.py. `pending` needs them before any verdict; a row takes its verdict's own."""
+    from kcoder.hostinfo import cpu_model, torch_version_field, visible_cuda_device
 
-    code = ("import json, sys, torch\nfrom kcoder.hostinfo import cpu_model, cuda_device\n"
-            "cuda = sys.argv[1] == 'cuda'\n"
-            "name = (cuda_device(torch) if torch.cuda.is_available() else '') if cuda else cpu_model()\n"
-            "print(json.dumps({'device_name': name, 'torch_version': torch.__version__}))")
-    try:
-        done = subprocess.run([sys.executable, "-c", code, device], capture_output=True, text=True, timeout=120,
-                              env=child_env())
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        found = {"device_name": "", "torch_version": ""}
-    return {"commit": kcoder_commit(), "device": device, **found, "options": options_of(settings)}
+    name = visible_cuda_device() if device == "cuda" else cpu_model()
+    return {"commit": kcoder_commit(), "device": device, "device_name": name,
+            "torch_version": torch_version_field("__version__"), "options": options_of(settings)}
 
 
 def options_of(settings: dict[str, Any]) -> dict[str, Any]:

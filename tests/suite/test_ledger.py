@@ -8,12 +8,13 @@ given, as a GPU machine would state it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
-from helpers import PROBLEMS, run_kcoder
+from helpers import PROBLEMS, ROOT, run_kcoder
 
 from kcoder.settings import Settings
 from kcoder.suite import ledger
@@ -236,6 +237,41 @@ def test_identity_is_what_a_verdict_states():
     found = ledger.identity("cpu", settings_fields(Settings(device="cpu", precision="relaxed")))
     assert found["device_name"] == cpu_model() and found["torch_version"] == torch.__version__
     assert found["options"]["precision"] == "relaxed" and found["commit"]
+
+
+def test_identity_of_a_gpu_is_nvidia_smis_named_as_a_verdict_names_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from kcoder.hostinfo import cuda_device
+
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ -n "$SMI_FAIL" ] && exit 9\n'
+                   'echo "NVIDIA H100 80GB HBM3, 9.0"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    found = ledger.identity("cuda", settings_fields(Settings(device="cuda")))
+    # what the reference process states (hostinfo.cuda_device of torch) for the same card
+    card = SimpleNamespace(cuda=SimpleNamespace(get_device_name=lambda i: "NVIDIA H100 80GB HBM3",
+                                                get_device_capability=lambda i: (9, 0)))
+    assert found["device_name"] == cuda_device(card) == "NVIDIA H100 80GB HBM3, sm_90"
+    assert calls.read_text().split()[-2:] == ["-i", "3"]  # the GPU a judge of this environment gets
+    monkeypatch.setenv("SMI_FAIL", "1")
+    assert ledger.identity("cuda", {})["device_name"] == ""  # unknown: no row matches it, nothing is skipped
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert ledger.identity("cuda", {})["device_name"] == ""
+
+
+def test_identity_neither_imports_torch_nor_starts_python():
+    code = ("import subprocess, sys\nfrom kcoder.suite import ledger\n"
+            "def no_python(cmd, *a, **k):\n    assert 'python' not in str(cmd[0]), cmd\n    return real(cmd, *a, **k)\n"
+            "real, subprocess.Popen = subprocess.Popen, no_python\n"
+            "found = ledger.identity('cpu', {})\n"
+            "assert 'torch' not in sys.modules and found['torch_version'], found\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_bad_slice_options_are_one_line(slice_set, tmp_path):
