@@ -20,6 +20,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kcoder.suite.report import fmt_pct, fmt_us, fmt_x  # noqa: E402 (the suite's tables' own formats)
+
 MARGIN = 1.05  # the reward's margin over torch.compile
 
 
@@ -48,12 +53,12 @@ def latest(rows: list[dict], device: str | None = None, commit: str | None = Non
     """The last row per (level, problem) of one device (default: the one with the most rows)
     and, given, one commit (a prefix); sorted by level and KernelBench's number."""
     if device is None:
-        device = Counter(r.get("device_name", "") for r in rows).most_common(1)[0][0]
-        rows = [r for r in rows if r.get("device_name", "") == device]
+        device = Counter(r.get("device_name", '') for r in rows).most_common(1)[0][0]
+        rows = [r for r in rows if r.get("device_name", '') == device]
     else:
-        rows = [r for r in rows if device.lower() in str(r.get("device_name", "")).lower()]
+        rows = [r for r in rows if device.lower() in str(r.get("device_name", '')).lower()]
     if commit:
-        rows = [r for r in rows if str(r.get("commit", "")).startswith(commit)]
+        rows = [r for r in rows if str(r.get("commit", '')).startswith(commit)]
     last = {(r.get("level"), r["name"]): r for r in rows}
     return sorted(last.values(), key=lambda r: (r.get("level") or 99, _number(r["name"]), r["name"]))
 
@@ -83,26 +88,15 @@ def level_figures(rows: list[dict]) -> dict:
             "mean_compile_sol": sum(csol) / len(csol) if csol else None}
 
 
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def _us(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.1f}"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.0f}"
-
-
-def _share(count: int, total: int) -> str:
+def _count(count: int, total: int) -> str:
+    """A count and its share of the total: "2 (67%)"."""
     return f"{count} ({100 * count / total:.0f}%)" if total else "0"
 
 
 def render(rows: list[dict], source: str = "") -> str:
     """The markdown: provenance, the table per level, the table per problem."""
     commits = Counter(str(r.get("commit", "?"))[:10] for r in rows)
-    dates = sorted(str(r.get("date", "")) for r in rows if r.get("date"))
+    dates = sorted(str(r.get("date", '')) for r in rows if r.get("date"))
     options = rows[0].get("options") or {}
     lines = [f"Judge's verdicts (`kcoder suite --results`{', ' + source if source else ''}): "
              f"{rows[0].get('device_name') or rows[0].get('device')}, torch "
@@ -118,19 +112,20 @@ def render(rows: list[dict], source: str = "") -> str:
     for level in levels:
         f = level_figures([r for r in rows if r.get("level") == level])
         name = "other" if level is None else level
-        lines.append(f"| {name} | {f['problems']} | {_share(f['verified'], f['problems'])} "
-                     f"| {_share(f['faster_than_eager'], f['problems'])} | {_x(f['geomean_vs_eager'])} "
-                     f"| {_x(f['geomean_vs_compile'])} | {_share(f['at_margin_vs_compile'], f['problems'])} "
-                     f"| {_pct(f['mean_sol'])} / {_pct(f['mean_compile_sol'])} |")
+        lines.append(f"| {name} | {f['problems']} | {_count(f['verified'], f['problems'])} "
+                     f"| {_count(f['faster_than_eager'], f['problems'])} | {fmt_x(f['geomean_vs_eager'])} "
+                     f"| {fmt_x(f['geomean_vs_compile'])} | {_count(f['at_margin_vs_compile'], f['problems'])} "
+                     f"| {fmt_pct(f['mean_sol'], '')} / {fmt_pct(f['mean_compile_sol'], '')} |")
     lines += ["", "| level | problem | status | eager us | compile us | kernel us | vs eager | vs compile "
                   "| % SOL | compile % SOL |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         status = r.get("status", "?") if r.get("correct") else f"{r.get('status', '?')}: {str(r.get('reason'))[:80]}"
-        lines.append(f"| {r.get('level') or '-'} | {r['name']} | {status} | {_us(r.get('eager_us'))} "
-                     f"| {_us(r.get('compile_us'))} | {_us(r.get('candidate_us'))} | {_x(r.get('speedup_vs_eager'))} "
-                     f"| {_x(r.get('speedup_vs_compile'))} | {_pct(r.get('candidate_sol_fraction'))} "
-                     f"| {_pct(r.get('compile_sol_fraction'))} |")
+        lines.append(f"| {r.get('level') or '-'} | {r['name']} | {status} | {fmt_us(r.get('eager_us'))} "
+                     f"| {fmt_us(r.get('compile_us'))} | {fmt_us(r.get('candidate_us'))} "
+                     f"| {fmt_x(r.get('speedup_vs_eager'))} | {fmt_x(r.get('speedup_vs_compile'))} "
+                     f"| {fmt_pct(r.get('candidate_sol_fraction'), '')} "
+                     f"| {fmt_pct(r.get('compile_sol_fraction'), '')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -84,7 +84,7 @@ def _run(command: git.Git, args: tuple[str, ...], env: dict[str, str] | None = N
     git = _gitpython()
     try:
         return command.execute(["git", *args], env=env)
-    except git.GitCommandError as e:
+    except git.CommandError as e:  # GitCommandError, and GitCommandNotFound when git left the PATH
         err = (e.stderr or "").strip().removeprefix("stderr:").strip().strip("'")
         raise GitOpsError(f"git {' '.join(args[:2])} failed: {err or e}") from e
 
@@ -104,7 +104,7 @@ def _log_path(repo: git.Repo) -> Path:
     return Path(repo.common_dir).resolve() / "kcoder" / "commits.jsonl"
 
 
-def _find_repo(path: Path) -> git.Repo:
+def find_repo(path: Path) -> git.Repo:
     """The repository whose work tree contains `path` (a file or directory)."""
     p = Path(path).expanduser().resolve()
     start = p if p.is_dir() else p.parent
@@ -234,7 +234,7 @@ def commit_accepted(
     candidate = Path(candidate_file).expanduser().resolve()
     if not candidate.is_file():
         raise GitOpsError(f"candidate file {candidate} does not exist")
-    repo = _find_repo(model_path)
+    repo = find_repo(model_path)
     stem = model_path.stem
     branch = f"kcoder/{stem}"
     ref = f"refs/heads/{branch}"
@@ -290,7 +290,7 @@ def undo_last(repo_path: Path) -> UndoResult:
     Deletes the branch if kcoder created it with that commit. Refuses if the branch tip is no
     longer kcoder's commit. HEAD, index and working tree are never touched.
     """
-    repo = _find_repo(Path(repo_path))
+    repo = find_repo(Path(repo_path))
     live = _live_commits(repo)
     if not live:
         raise GitOpsError(f"kcoder has made no commits in {_root(repo)} that could be undone")
@@ -334,7 +334,7 @@ def _num(text: str | None, kind: type) -> Any:
 
 def list_accepted(path: Path) -> list[AcceptedKernel]:
     """Every kcoder commit on `kcoder/*` branches of the repo containing `path`, newest first."""
-    repo = _find_repo(Path(path))
+    repo = find_repo(Path(path))
     refs = [head.path for head in repo.heads if head.name.startswith("kcoder/")]
     if not refs:
         return []

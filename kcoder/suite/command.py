@@ -90,7 +90,7 @@ def run_suite(plan: SuitePlan | None, out_dir: Path, *, backend: str = "auto", r
               ident: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run (or resume, plan None) the suite in `out_dir`; returns its summary. `execute`
     replaces the task runner (scheduler tests); `ident` the results log's identity of this run
-    (ledger.identity: asked of a child process when None)."""
+    (ledger.identity, found in this process, when None)."""
     plan = open_suite(out_dir, plan)
     settings_json = plan.settings or {}
     device = settings_json.get("device", "cpu")

@@ -9,8 +9,10 @@ slice starts where the last stopped. A row whose status is "error" (kcoder's own
 never the candidate's) does not count as done. bench/results_table.py prints the tables.
 
 The commit is $KCODER_COMMIT when set (a copy of the tree without .git, as on a device
-machine), else `git rev-parse HEAD` of this kcoder's checkout with "+dirty" when its kcoder/
-files differ from it, else "unknown".
+machine), else HEAD of the git checkout that tracks this kcoder package, with "+dirty" when its
+tracked kcoder/ files differ from it (untracked ones do not count), else "unknown" (no such
+checkout, as in a pip install; no git; no commit yet). Git is asked through gitpython, the
+repository opened as kcoder/gitops.py opens one.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,41 +39,42 @@ def sha256(text: str | None) -> str | None:
 
 
 def kcoder_commit(root: Path | None = None) -> str:
-    """This kcoder's commit (see the module docstring)."""
+    """This kcoder's commit (see the module docstring); `root` is the folder that holds the
+    `kcoder` package (this one's by default)."""
     if os.environ.get("KCODER_COMMIT"):
         return os.environ["KCODER_COMMIT"].strip()
+    from kcoder.gitops import GitOpsError, find_repo
     from kcoder.paths import package_root
 
-    root = root or package_root()
+    package = (root or package_root()) / "kcoder"
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=20)
-        if head.returncode:
-            return "unknown"
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                "kcoder"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
+        repo = find_repo(package)  # also GitOpsError when gitpython or the git executable is missing
+    except GitOpsError:
         return "unknown"
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    import git
+
+    try:
+        path = os.path.relpath(package.resolve(), repo.working_tree_dir)
+        if not repo.git.ls_files("--", path):  # not kcoder's checkout (a pip install inside another one)
+            return "unknown"
+        head = repo.head.commit.hexsha  # ValueError: no commit yet
+        dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=False, path=path)
+    except (git.GitError, git.BadName, ValueError, OSError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def identity(device: str, settings: dict[str, Any]) -> dict[str, Any]:
     """What the rows of this run share: commit, the device's name and torch's version as a
-    verdict states them (asked of a child process: kcoder's own never touches the GPU), and the
-    options that change what a verdict measures."""
-    from kcoder.procs import child_env
+    verdict states them, and the options that change what a verdict measures. Found in this
+    process without importing torch or touching the GPU (the judge's processes own it): the
+    name by hostinfo (the CPU's model; the visible GPU's from nvidia-smi), torch's version from
+    its version.py. `pending` needs them before any verdict; a row takes its verdict's own."""
+    from kcoder.hostinfo import cpu_model, torch_version_field, visible_cuda_device
 
-    code = ("import json, sys, torch\nfrom kcoder.hostinfo import cpu_model, cuda_device\n"
-            "cuda = sys.argv[1] == 'cuda'\n"
-            "name = (cuda_device(torch) if torch.cuda.is_available() else '') if cuda else cpu_model()\n"
-            "print(json.dumps({'device_name': name, 'torch_version': torch.__version__}))")
-    try:
-        done = subprocess.run([sys.executable, "-c", code, device], capture_output=True, text=True, timeout=120,
-                              env=child_env())
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        found = {"device_name": "", "torch_version": ""}
-    return {"commit": kcoder_commit(), "device": device, **found, "options": options_of(settings)}
+    name = visible_cuda_device() if device == "cuda" else cpu_model()
+    return {"commit": kcoder_commit(), "device": device, "device_name": name,
+            "torch_version": torch_version_field("__version__"), "options": options_of(settings)}
 
 
 def options_of(settings: dict[str, Any]) -> dict[str, Any]:

@@ -60,16 +60,19 @@ def write_outputs(out_dir: Path, records: list[dict[str, Any]], meta: dict[str, 
     return summary
 
 
-def _x(value: float | None) -> str:
+def fmt_x(value: float | None) -> str:
+    """A speed-up: "1.23x", "-" when unknown (also bench/results_table.py's)."""
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _us(value: float | None) -> str:
+def fmt_us(value: float | None) -> str:
+    """A time in microseconds: "1,234.5", "-" when unknown."""
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
+def fmt_pct(value: float | None, sign: str = "%") -> str:
+    """A fraction as a whole percent: "73%" ("73" with sign ""), "-" when unknown."""
+    return "-" if value is None else f"{100 * value:.0f}{sign}"
 
 
 def markdown(s: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -85,10 +88,10 @@ def markdown(s: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"| correct | {s['correct_pct']}% ({s['correct']}/{judged}) |",
         f"| faster than eager | {s['faster_than_eager_pct']}% |",
         f"| faster than torch.compile (>1.05x) | {s['faster_than_compile_pct']}% |",
-        f"| geomean speed-up vs eager (correct) | {_x(s['geomean_speedup_vs_eager'])} |",
-        f"| geomean speed-up vs torch.compile (correct) | {_x(s['geomean_speedup_vs_compile'])} |",
-        f"| mean share of the speed of light (correct) | {_share(s['mean_sol_fraction'])} "
-        f"(torch.compile: {_share(s['mean_compile_sol_fraction'])}) |",
+        f"| geomean speed-up vs eager (correct) | {fmt_x(s['geomean_speedup_vs_eager'])} |",
+        f"| geomean speed-up vs torch.compile (correct) | {fmt_x(s['geomean_speedup_vs_compile'])} |",
+        f"| mean share of the speed of light (correct) | {fmt_pct(s['mean_sol_fraction'])} "
+        f"(torch.compile: {fmt_pct(s['mean_compile_sol_fraction'])}) |",
         f"| time per problem | {s['seconds_per_problem'] or 0:.1f} s |",
         f"| cost per problem | ${s['cost_per_problem']:.4f} |",
         "",
@@ -101,7 +104,8 @@ def markdown(s: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['status']} | {_us(r['eager_us'])} | {_us(r['compile_us'])} | "
-                     f"{_us(r['candidate_us'])} | {_x(r['speedup_vs_eager'])} | {_x(r['speedup_vs_compile'])} | "
-                     f"{_us(r['sol_us'])} | {_share(r['candidate_sol_fraction'])} |")
+        lines.append(f"| {r['name']} | {r['status']} | {fmt_us(r['eager_us'])} | {fmt_us(r['compile_us'])} | "
+                     f"{fmt_us(r['candidate_us'])} | {fmt_x(r['speedup_vs_eager'])} | "
+                     f"{fmt_x(r['speedup_vs_compile'])} | {fmt_us(r['sol_us'])} | "
+                     f"{fmt_pct(r['candidate_sol_fraction'])} |")
     return "\n".join(lines) + "\n"

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from kcoder.hostinfo import gpu_identity, torch_version_field
 from kcoder.paths import cache_root
 from kcoder.trust import read_plain, replace_file, signed, verified
 
@@ -29,7 +29,7 @@ FORMAT = 1
 def device_identity(device: str) -> dict[str, str]:
     """What makes timings of one machine comparable: device name and arch, torch, CUDA.
     Read without importing torch or touching the GPU (the judge's processes own it)."""
-    ident = {"device": device, "torch": _dist_version("torch"), "cuda": _torch_cuda_version()}
+    ident = {"device": device, "torch": _dist_version("torch"), "cuda": torch_version_field("cuda", "none")}
     if device == "cuda":
         ident.update(gpu_identity())
     else:
@@ -37,36 +37,11 @@ def device_identity(device: str) -> dict[str, str]:
     return ident
 
 
-def gpu_identity() -> dict[str, str]:
-    """The first GPU's name and arch (sm_90) from nvidia-smi; empty values when unknown."""
-    from kcoder.procs import run
-
-    try:
-        res = run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], 30.0, Path.cwd())
-    except OSError:
-        return {"name": "", "arch": ""}
-    line = res.output.strip().splitlines()[0] if res.rc == 0 and res.output.strip() else ""
-    name, _, cap = line.partition(",")
-    arch = "sm_" + cap.strip().replace(".", "") if cap.strip() else ""
-    return {"name": name.strip(), "arch": arch}
-
-
 def _dist_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return ""
-
-
-def _torch_cuda_version() -> str:
-    """torch.version.cuda, read from torch/version.py (importing torch takes seconds)."""
-    spec = importlib.util.find_spec("torch")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / "version.py"
-        if path.exists():
-            m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", path.read_text(), re.M)
-            return m.group(1) if m else "none"
-    return ""
 
 
 def _cpu_model() -> str:

@@ -8,10 +8,13 @@ given, as a GPU machine would state it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
-from helpers import PROBLEMS, run_kcoder
+from helpers import PROBLEMS, ROOT, run_kcoder
 
 from kcoder.settings import Settings
 from kcoder.suite import ledger
@@ -155,11 +158,73 @@ def test_results_file_that_is_not_one_is_named(slice_set, tmp_path):
         run_suite(plan(slice_set, results), tmp_path / "s1", backend="pool", execute=fake_execute([]), ident=H100)
 
 
-def test_commit_from_the_environment_or_git(monkeypatch, tmp_path):
-    monkeypatch.setenv("KCODER_COMMIT", "0123abc")
-    assert ledger.kcoder_commit() == "0123abc"
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A git checkout holding a kcoder/ package (one commit), no config or repository of the
+    host's leaking in; returns (its folder, a git runner)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name, value in (("HOME", str(home)), ("GIT_CONFIG_NOSYSTEM", "1"), ("GIT_CONFIG_GLOBAL", str(home / "cfg")),
+                        ("GIT_CEILING_DIRECTORIES", str(tmp_path))):
+        monkeypatch.setenv(name, value)
+    for name in ("KCODER_COMMIT", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "checkout"
+    (root / "kcoder").mkdir(parents=True)
+    (root / "kcoder" / "judge.py").write_text("JUDGE = 1\n")
+    (root / "README.md").write_text("readme\n")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=root,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    return root, git
+
+
+def test_commit_is_the_checkouts_head_dirty_when_its_tracked_kcoder_files_differ(checkout):
+    root, git = checkout
+    head = git("rev-parse", "HEAD")
+    assert ledger.kcoder_commit(root) == head and len(head) == 40
+    (root / "kcoder" / "new_module.py").write_text("# untracked\n")
+    (root / "README.md").write_text("changed, but not under kcoder/\n")
+    assert ledger.kcoder_commit(root) == head
+    (root / "kcoder" / "judge.py").write_text("JUDGE = 2\n")
+    assert ledger.kcoder_commit(root) == head + "+dirty"
+    git("add", "kcoder/judge.py")  # staged, not committed: still not HEAD's code
+    assert ledger.kcoder_commit(root) == head + "+dirty"
+    git("commit", "-q", "-m", "two")
+    assert ledger.kcoder_commit(root) == git("rev-parse", "HEAD") != head
+
+
+def test_commit_is_the_environments_or_unknown(checkout, monkeypatch, tmp_path):
+    root, git = checkout
+    monkeypatch.setenv("KCODER_COMMIT", "0123abc\n")
+    assert ledger.kcoder_commit(root) == "0123abc"
     monkeypatch.delenv("KCODER_COMMIT")
-    assert ledger.kcoder_commit(tmp_path) == "unknown"  # no git checkout there
+    (tmp_path / "plain" / "kcoder").mkdir(parents=True)
+    assert ledger.kcoder_commit(tmp_path / "plain") == "unknown"  # no git checkout there (a pip install)
+    assert ledger.kcoder_commit(tmp_path / "nowhere") == "unknown"
+    # a package inside some other project's checkout that does not track it (a venv in a project)
+    (root / ".gitignore").write_text("site/\n")
+    (root / "site" / "kcoder").mkdir(parents=True)
+    (root / "site" / "kcoder" / "judge.py").write_text("JUDGE = 1\n")
+    assert ledger.kcoder_commit(root / "site") == "unknown"
+    empty = tmp_path / "empty"
+    (empty / "kcoder").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(empty)], check=True)
+    (empty / "kcoder" / "judge.py").write_text("JUDGE = 1\n")
+    subprocess.run(["git", "-C", str(empty), "add", "."], check=True)
+    assert ledger.kcoder_commit(empty) == "unknown"  # tracked, but no commit yet
+    monkeypatch.setenv("PATH", str(tmp_path / "home"))  # no git executable to run
+    assert ledger.kcoder_commit(root) == "unknown"
+    monkeypatch.setitem(sys.modules, "git", None)  # gitpython cannot be imported (it raises so without git)
+    assert ledger.kcoder_commit(root) == "unknown"
+
+
+def test_this_kcoders_commit():
     found = ledger.kcoder_commit()
     assert found == "unknown" or len(found.split("+")[0]) == 40
 
@@ -172,6 +237,41 @@ def test_identity_is_what_a_verdict_states():
     found = ledger.identity("cpu", settings_fields(Settings(device="cpu", precision="relaxed")))
     assert found["device_name"] == cpu_model() and found["torch_version"] == torch.__version__
     assert found["options"]["precision"] == "relaxed" and found["commit"]
+
+
+def test_identity_of_a_gpu_is_nvidia_smis_named_as_a_verdict_names_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from kcoder.hostinfo import cuda_device
+
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ -n "$SMI_FAIL" ] && exit 9\n'
+                   'echo "NVIDIA H100 80GB HBM3, 9.0"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    found = ledger.identity("cuda", settings_fields(Settings(device="cuda")))
+    # what the reference process states (hostinfo.cuda_device of torch) for the same card
+    card = SimpleNamespace(cuda=SimpleNamespace(get_device_name=lambda i: "NVIDIA H100 80GB HBM3",
+                                                get_device_capability=lambda i: (9, 0)))
+    assert found["device_name"] == cuda_device(card) == "NVIDIA H100 80GB HBM3, sm_90"
+    assert calls.read_text().split()[-2:] == ["-i", "3"]  # the GPU a judge of this environment gets
+    monkeypatch.setenv("SMI_FAIL", "1")
+    assert ledger.identity("cuda", {})["device_name"] == ""  # unknown: no row matches it, nothing is skipped
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert ledger.identity("cuda", {})["device_name"] == ""
+
+
+def test_identity_neither_imports_torch_nor_starts_python():
+    code = ("import subprocess, sys\nfrom kcoder.suite import ledger\n"
+            "def no_python(cmd, *a, **k):\n    assert 'python' not in str(cmd[0]), cmd\n    return real(cmd, *a, **k)\n"
+            "real, subprocess.Popen = subprocess.Popen, no_python\n"
+            "found = ledger.identity('cpu', {})\n"
+            "assert 'torch' not in sys.modules and found['torch_version'], found\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_bad_slice_options_are_one_line(slice_set, tmp_path):

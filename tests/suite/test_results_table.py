@@ -29,8 +29,9 @@ def row(name: str, level: int, vs_eager: float | None, vs_compile: float | None,
 def table(tmp_path, rows: list[dict], *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "kernelbench-h100.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"name": "cut by a kill", "cand')
+    # from another folder: the script takes the formats of its own checkout's kcoder/suite/report.py
     return subprocess.run([sys.executable, str(ROOT / "bench" / "results_table.py"), str(path), *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
 
 
 def test_levels_and_problems_from_the_latest_rows(tmp_path):
