@@ -6,8 +6,8 @@ For every input set the judge draws a fresh seed, the candidate's process runs t
 candidate and saves its output, and the reference process compares that output with its
 own. Baselines are timed by the reference process while no candidate process is alive
 (half before the candidate's timing, half after it was killed), so background load cannot
-slow them; the candidate's per-call times are cross-checked with the judge's own clock over
-back-to-back batches (crosscheck.py), and timed outputs are checked at random rounds.
+slow them. Every figure is the judge's own clock (judgeclock.py, judgetiming.py); the
+candidate's in-process events are a diagnostic that clock must confirm.
 """
 
 from __future__ import annotations
