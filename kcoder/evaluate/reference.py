@@ -43,8 +43,8 @@ class ReferenceServer:
         self.flush_bytes = 0
         self.flush_buffer: Any = None
         self.gate: Any = None  # batchrun.DeviceGate, on the GPU
-        self.templates: dict[str, Any] = {}
-        self.last_batch: Any = None  # an output per implementation: the calibration's shape
+        self.warmed: set[str] = set()  # the implementations that ran their un-timed first calls
+        self.last_batch: Any = None  # the last timed batch (its outputs kept until the next request)
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
         share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
         self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
@@ -311,10 +311,14 @@ class ReferenceServer:
         if impl == "compile" and self.compiled is None:
             self.compiled = torch.compile(self.model)
         model = self.compiled if impl == "compile" else self.model
-        if impl not in self.templates:  # un-timed calls: torch.compile compiles here; the calibration's shape
-            with torch.no_grad():
-                self.templates[impl] = calibration_template(torch, [model(*base), model(*base)][-1])
-        model = calibration_module(torch, self.templates[impl]) if calibration else model
+        with torch.no_grad():
+            if impl not in self.warmed:  # un-timed calls: torch.compile compiles here
+                model(*base)
+                self.warmed.add(impl)
+            # what the calibration returns: tensors of its own shaped as an output (made anew, not
+            # kept: at multi-GB outputs every kept copy costs memory the problem may not have)
+            template = calibration_template(torch, model(*base)) if calibration else None
+        model = calibration_module(torch, template) if calibration else model
         if self.device == "cuda" and self.flush_buffer is None:
             self.flush_buffer = l2_flush_buffer(torch)
             self.flush_bytes = self.flush_buffer.nbytes
