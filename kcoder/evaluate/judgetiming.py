@@ -129,8 +129,13 @@ def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
         + (f"; {figure.at_resolution} of them at the clock's resolution" if figure.at_resolution else "")
         + ("; its host was in the loop (it waits for the GPU within a call)" if figure.host_bound else ""))
     reason = disagreement(figure.samples, reported_us, figure.host_bound, figure.harness_us)
-    if reason:
+    if reason and judge.options.device == "cuda":
         judge.fail("timing", reason)
+    elif reason:
+        # On the cpu target the host is the device: the judge's wall clock over a batch carries every
+        # process's load (the candidate's own spinners included), so a gap is no evidence there; the
+        # figure is the judge's, so an under-report wins nothing.
+        judge.verdict.notes.append(reason.replace("integrity: ", "note (cpu: not a refusal): ", 1))
 
 
 def hidden_work_check(judge: Any, event_us: float, deadline: float) -> None:

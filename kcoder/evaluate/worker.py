@@ -248,22 +248,24 @@ class CandidateServer:
                  impl: str = "") -> dict[str, Any]:
         """n calls timed by the judge's own clock (batchrun.py, judgeclock.py); each call's
         output committed before "done" and kept until the next batch for the judge's drawn
-        checks. No calibration runs here: the judge measures that in the reference process alone."""
-        from kcoder.evaluate.batchrun import BatchRun, GateError, serve_batch
+        checks. `calibration`: a module that computes nothing stands in for the candidate."""
+        from kcoder.evaluate.batchrun import BatchRun, GateError, calibration_module, calibration_template, serve_batch
         from kcoder.evaluate.timing import flush_l2
 
-        if calibration:
-            raise HarnessFault("the candidate's process runs no calibration batch")
         self.batch_run, self.last = None, None
+        base, model = self.inputs(seed), self.model
+        if calibration:  # its figure only ever lowers what is taken off (judgeclock: the smaller one)
+            with self.torch.no_grad():
+                model = calibration_module(self.torch, calibration_template(self.torch, self._call(base, "timing")))
         flush = (lambda: flush_l2(self.clock.flush_buffer)) if self.device == "cuda" else None
-        run = BatchRun(self.torch, self.device, self.model, self.inputs(seed), n, keep=True, flush=flush)
+        run = BatchRun(self.torch, self.device, model, base, n, keep=not calibration, flush=flush)
         try:
             sums = serve_batch(self.link, run, getattr(self, "gate", None), generation,
                                lambda fn: self._call(fn, "timing", direct=True), "run")
         except GateError as exc:
             raise HarnessFault(str(exc)) from None
         self._integrity("timing", "a batch")
-        self.batch_run = run
+        self.batch_run = None if calibration else run
         return {"done": True, "commitments": sums}
 
     def op_save_batch(self, index: int, path: str) -> dict[str, Any]:

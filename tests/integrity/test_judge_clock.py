@@ -77,13 +77,18 @@ def test_the_verdicts_figure_is_the_judges_clock(evaluate_candidate):
     assert "judge_clock" in verdict.seconds and verdict.timing_rounds >= 5
 
 
-def test_a_third_of_the_time_reported_is_refused(evaluate_candidate):
-    """The honest kernel, every in-process figure a third of the truth: the judge's clock sees
-    the truth, which the candidate's figure contradicts beyond the noise band."""
+def test_a_third_of_the_time_reported_changes_nothing(evaluate_candidate):
+    """The honest kernel, every in-process figure a third of the truth: the verdict's figure is the
+    judge's clock, near the truth, and a note names the gap (on the cpu target a gap is no evidence:
+    the host is the device; on the GPU it is a refusal, tests/gpu/test_outer_clock_gpu.py)."""
+    honest = evaluate_candidate(candidate_source(HONEST_FORWARD), **TIMED)
     verdict = evaluate_candidate(candidate_source(HONEST_FORWARD, header=UNDER_REPORT_3X), static_checks=False,
                                  **TIMED)
-    assert not verdict.correct and verdict.reward == -1 and verdict.stage == "timing", verdict.reason
-    assert "the judge's own clock measured at least" in verdict.reason, verdict.reason
+    assert honest.correct and verdict.correct, (honest.reason, verdict.reason)
+    reported = float(re.search(r"reported ([\d.]+) us per call", next(
+        n for n in verdict.notes if n.startswith("judge's clock:"))).group(1))
+    assert verdict.candidate_us > 2 * reported, (verdict.candidate_us, reported)
+    assert verdict.candidate_us > 0.5 * honest.candidate_us, (verdict.candidate_us, honest.candidate_us)
 
 
 def test_harness_code_replaced_in_place_is_seen(evaluate_candidate):
