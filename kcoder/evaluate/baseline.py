@@ -93,10 +93,8 @@ def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions
         raise BaselineError(f"the reference process failed while timed ({exc.kind}: {exc})")
 
     def expect(reply: dict[str, Any], key: str) -> dict[str, Any]:
-        if "problem" in reply:
-            raise ProblemError(f"{problem}: {reply['problem']}")
-        if "error" in reply or key not in reply:
-            raise BaselineError(f"the reference process failed: {reply.get('error', 'an unexpected reply')}")
+        if key not in _checked(reply, problem):
+            raise BaselineError("the reference process failed: an unexpected reply")
         return reply
 
     cuda = options.device == "cuda"
@@ -117,6 +115,11 @@ def _ask(ref: Any, limit_s: float, problem: Path, request: dict[str, Any] | None
         reply = ref.request(limit_s, **request) if request else ref.receive(limit_s)
     except ChannelError as exc:
         raise BaselineError(f"the reference process failed ({exc.kind}: {exc})") from None
+    return _checked(reply, problem)
+
+
+def _checked(reply: dict[str, Any], problem: Path) -> dict[str, Any]:
+    """A reply of the reference process's: its problem's failure is ProblemError, kcoder's BaselineError."""
     if "problem" in reply:
         raise ProblemError(f"{problem}: {reply['problem']}")
     if "error" in reply:

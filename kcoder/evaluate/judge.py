@@ -235,7 +235,7 @@ class Judge:
         v, opts = self.verdict, self.options
         v.stage = "timing"
         started = time.perf_counter()
-        deadline = self.deadline = time.monotonic() + opts.timing_timeout_s
+        deadline = time.monotonic() + opts.timing_timeout_s
         self.base = base = Baselines(self)
         # Cached baselines: none is timed before the candidate's rounds, so its process goes on
         restart = not base.cached or self.background_jobs > 0
@@ -302,13 +302,9 @@ class Judge:
         """Eager's and torch.compile's samples by the judge's clock, and the calibration (measured when None)."""
         from kcoder.evaluate.judgetiming import baseline_figures, reference_endpoint
 
-        self.deadline = deadline
-        return baseline_figures(reference_endpoint(self), self.options.device == "cuda", deadline, samples,
-                                self.share_s() / 2, self.options.compile_baseline, self.stages, self.output_bytes,
-                                calibration)
-
-    def left(self) -> float:
-        return _left(self.deadline) if getattr(self, "deadline", None) else 60.0
+        return baseline_figures(reference_endpoint(self, deadline), self.options.device == "cuda", deadline,
+                                samples, self.share_s() / 2, self.options.compile_baseline, self.stages,
+                                self.output_bytes, calibration)
 
     def record_peak(self, deadline: float) -> None:
         if self.options.device == "cuda":
@@ -328,6 +324,10 @@ class Judge:
         except ChannelError as exc:
             self.harness_error(f"the reference process failed during {stage} ({exc.kind}: {exc})",
                                self.children.log_tail("reference"))
+        return self.reference_reply(reply, stage)
+
+    def reference_reply(self, reply: dict[str, Any], stage: str) -> dict[str, Any]:
+        """A reply of the reference process's: its problem's failure raised, kcoder's an error."""
         if "problem" in reply:
             raise ProblemError(f"{self.problem}: {reply['problem']}")
         if "error" in reply:

@@ -13,9 +13,10 @@ its host in the loop, which is what such an implementation costs.
 What a batch costs besides the implementation (the inputs' factors, the L2 flush, the
 commitments, the messages) is measured in the reference process alone, while no candidate
 process is alive (a calibration: batches of a module that computes nothing and returns tensors
-shaped as the output, at two sizes, a line under their fastest runs); the candidate's process
-never calibrates, so nothing it does can make the part taken off larger. Each sample is a batch
-less that line's cost at its size, per call.
+shaped as the output, at two sizes, a line under their fastest runs). Each sample is a batch less
+the smaller of that line's cost at its size and the same process's own calibration batches at
+that size: a candidate that slows its own calibration down only makes the line count, and a
+reference harness slower than the candidate's never takes off more than the candidate paid.
 """
 
 from __future__ import annotations
@@ -97,7 +98,6 @@ class Figure:
     samples: list[float] = field(default_factory=list)
     n: int = 0
     host_bound: bool = False
-    batches: list[Batch] = field(default_factory=list)
     at_resolution: int = 0  # samples whose own work was within the calibration's spread
     harness_us: float = 0.0  # the batch's own cost per call (the calibration's), taken off every sample
 
@@ -202,7 +202,7 @@ class BatchClock:
 
     def figure(self, calibration: Calibration, keep_bytes: int, samples: int = SAMPLES, budget_s: float = 1.0,
                on_batch: Callable[[Batch], None] | None = None) -> Figure:
-        """`samples` per-call samples, each a batch less `calibration`'s cost at its size;
+        """`samples` per-call samples, each a batch less what is taken off (see the module);
         `keep_bytes` an output's bytes (the batch keeps every output until the judge has drawn its
         checks); `budget_s` the implementation's own seconds over every batch, at most (a batch
         lasts at most TARGET_S). `on_batch` sees every batch: the judge checks drawn calls there."""
@@ -223,7 +223,6 @@ class BatchClock:
             run = self.batch(n, calibration=False)
             if on_batch is not None:  # before the next batch: the process keeps one batch's outputs
                 on_batch(run)
-            figure.batches.append(run)
             figure.host_bound |= run.host_bound
             own = run.seconds - taken_off
             figure.samples.append(max(own, resolution) / n * 1e6)

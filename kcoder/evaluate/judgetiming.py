@@ -39,23 +39,26 @@ def gate_page(pages: dict[int, GatePage], peer: Peer, sock: Any, ask: Any) -> Ga
 def _gate(judge: Any, peer: Peer, sock: Any, ask: Any) -> GatePage | None:
     if judge.options.device != "cuda":
         return None
-    pages: dict[int, GatePage] = judge.children.__dict__.setdefault("gate_pages", {})
     try:
-        return gate_page(pages, peer, sock, ask)
+        return gate_page(judge.children.gate_pages, peer, sock, ask)
     except OSError as exc:
         judge.harness_error(f"handing the gate page over failed: {exc}")
         return None
 
 
-def candidate_endpoint(judge: Any) -> Endpoint:
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def candidate_endpoint(judge: Any, deadline: float) -> Endpoint:
     peer = judge.cand
-    ask = lambda **request: judge.ask_candidate(judge.left(), "timing", expect="gate", **request)  # noqa: E731
+    ask = lambda **request: judge.ask_candidate(_left(deadline), "timing", expect="gate", **request)  # noqa: E731
     return Endpoint(peer, lambda exc: judge.crash("timing", exc),
                     lambda reply, key: judge._expect(reply, key, "timing"),
                     _gate(judge, peer, judge.children.cand_share, ask))
 
 
-def reference_endpoint(judge: Any) -> Endpoint:
+def reference_endpoint(judge: Any, deadline: float) -> Endpoint:
     peer = judge.ref
 
     def fail(exc: ChannelError) -> None:
@@ -63,14 +66,11 @@ def reference_endpoint(judge: Any) -> Endpoint:
                             judge.children.log_tail("reference"))
 
     def expect(reply: dict[str, Any], key: str) -> dict[str, Any]:
-        if "error" in reply or "problem" in reply:
-            judge.harness_error(f"the reference process failed while timed: "
-                                f"{str(reply.get('error') or reply.get('problem'))[:300]}")
-        if key not in reply:
+        if key not in judge.reference_reply(reply, "timing"):
             judge.harness_error(f"the reference process sent an unexpected reply (expected {key!r})")
         return reply
 
-    ask = lambda **request: judge.ask_reference(judge.left(), "timing", **request)  # noqa: E731
+    ask = lambda **request: judge.ask_reference(_left(deadline), "timing", **request)  # noqa: E731
     return Endpoint(peer, fail, expect, _gate(judge, peer, judge.children.ref_share, ask))
 
 
@@ -78,7 +78,7 @@ def candidate_figure(judge: Any, deadline: float, output_bytes: int, calibration
     """The candidate's samples by the judge's clock; one drawn call of every timed batch is
     checked (its output against the reference's for that call's inputs, and against the
     commitment its process sent before the clock stopped)."""
-    clock = BatchClock(candidate_endpoint(judge), judge.options.device == "cuda", deadline)
+    clock = BatchClock(candidate_endpoint(judge, deadline), judge.options.device == "cuda", deadline)
     started = time.monotonic()
 
     audits = set(random.Random(secrets.randbits(64)).sample(range(SAMPLES), AUDITS))

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from kcoder.build.requests import PRIVATE_ROOT_ENV, private_build_root
 from kcoder.devicelock import DeviceTurn, trace_event
@@ -58,6 +59,7 @@ class Children:
         self.ref_proc: subprocess.Popen | None = None
         self.cand_proc: subprocess.Popen | None = None
         self.watched = 0.0
+        self.gate_pages: dict[int, Any] = {}  # judgeclock.GatePage by process id (judgetiming.gate_page)
         self.turn = DeviceTurn(options.device, f"evaluate {options.stop_after}", options.on_stage)
         self.ref_box: Box | None = None  # the problem's own box (confine_problem)
         # Unix sockets to each process: outputs' descriptors travel candidate -> judge -> reference (handoff.py)
@@ -270,6 +272,9 @@ class Children:
             self.ref_share = _close_socket(self.ref_share)
             if self.ref_box is not None:
                 kill_all(self.ref_box.marker)
+            for page in self.gate_pages.values():
+                page.close()
+            self.gate_pages.clear()
         finally:
             self.end_candidate()  # nothing of this evaluation runs on the device any more
 
