@@ -109,6 +109,21 @@ def assert_no_false_speedup(verdict, *reasons: str) -> None:
     assert any(r in verdict.reason for r in reasons), verdict.reason
 
 
+def assert_judge_figure_stands(verdict, *reasons: str) -> None:
+    """The candidate's process lied about its own time; the verdict rests on the judge's clock
+    anyway. On the GPU the mismatch is a refusal. On the cpu target it is a note (the host's load
+    reaches the wall clock there, so it refuses nothing); the verdict then carries the judge's
+    figure: no speed-up, and the note says what the candidate reported."""
+    reasons = reasons or (OUTER_CLOCK,)
+    if verdict.status == "rejected":
+        assert_refused(verdict, stage="timing")
+        assert any(r in verdict.reason for r in reasons), verdict.reason
+        return
+    assert verdict.device == "cpu", as_json(verdict)
+    assert verdict.status == "accepted" and verdict.speedup_vs_eager < 1.5, as_json(verdict)
+    assert any(OUTER_CLOCK in note for note in verdict.notes), as_json(verdict)
+
+
 @pytest.fixture
 def api_key(monkeypatch) -> str:
     """A fake OpenAI key in the judge's environment (the candidate must never see it)."""
@@ -497,8 +512,7 @@ def test_forged_replies_from_cpp(evaluate_candidate, sandbox):
 @pytest.mark.parametrize("sandbox", BOTH)
 def test_reply_channel_rewritten_in_process(evaluate_candidate, sandbox):
     verdict = dynamic(evaluate_candidate, candidate_source(HONEST_FORWARD, init=REPLY_REWRITE_INIT), sandbox, **TIMED)
-    assert_refused(verdict, stage="timing")
-    assert OUTER_CLOCK in verdict.reason, verdict.reason
+    assert_judge_figure_stands(verdict)
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
@@ -519,8 +533,7 @@ def test_job_file_discovery_and_problem_tampering(evaluate_candidate, sandbox):
 def test_proc_self_mem_timer_rewrite(evaluate_candidate, sandbox):
     """time.perf_counter keeps its identity (the worker's check passes) but runs 100x slow."""
     verdict = dynamic(evaluate_candidate, proc_self_mem(), sandbox, **TIMED)
-    assert_refused(verdict, stage="timing")
-    assert OUTER_CLOCK in verdict.reason, verdict.reason
+    assert_judge_figure_stands(verdict)
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
@@ -528,8 +541,7 @@ def test_native_timer_hijack(evaluate_candidate, sandbox):
     """The C function behind time.perf_counter replaced from C++: only the judge's clock sees it."""
     source = attack_candidate_source(HONEST_FORWARD, init=HIJACK_INIT)
     verdict = dynamic(evaluate_candidate, source, sandbox, **TIMED)
-    assert_refused(verdict, stage="timing")
-    assert OUTER_CLOCK in verdict.reason, verdict.reason
+    assert_judge_figure_stands(verdict)
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
@@ -538,7 +550,7 @@ def test_native_timer_hijack_with_batch_memo(evaluate_candidate, sandbox):
     different data (one element changed per call), so the judge's clock sees the real cost."""
     source = attack_candidate_source(MEMO_FORWARD, init=MEMO_INIT + HIJACK_INIT)
     verdict = dynamic(evaluate_candidate, source, sandbox, **TIMED)
-    assert_refused(verdict, stage="timing")
+    assert_no_false_speedup(verdict, OUTER_CLOCK, "wrong answer")
 
 
 # --- secrets ------------------------------------------------------------------------------------------
