@@ -111,6 +111,8 @@ def verdict_table(v: Verdict) -> Any:
             ("speed-up vs compile", _ratio(v.speedup_vs_compile, v.speedup_vs_compile_ci)),
             ("timed rounds", str(v.timing_rounds)),
         ]
+        if v.reported_us is not None:  # a diagnostic: the verdict's figure is the judge's clock
+            rows.append(("its own events", _us(v.reported_us)))
     if v.sol_us is not None:
         rows += [("speed of light", sol_text(v)), ("share of SOL", sol_shares(v))]
     if v.floor_us is not None:

@@ -44,6 +44,9 @@ class Verdict:
     compile_iqr_us: float | None = None
     candidate_iqr_us: float | None = None
     timing_rounds: int = 0
+    # The candidate process's own figure (its events, median of its diagnostic rounds): never the
+    # verdict's figure (that is the judge's clock), compared with it and with the physical floor.
+    reported_us: float | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     # 90% interval of the per-round speed-up ratios: the confidence of a claimed speed-up.

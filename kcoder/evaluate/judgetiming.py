@@ -123,6 +123,7 @@ def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
     from kcoder.evaluate.judgeclock import disagreement
 
     median = statistics.median(figure.samples)
+    judge.verdict.reported_us = reported_us
     judge.verdict.notes.append(
         f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls "
         f"(the candidate's process reported {reported_us:.1f} us per call)"

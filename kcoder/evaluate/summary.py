@@ -63,10 +63,21 @@ def refuse_under_floor(v: Verdict) -> None:
     if out_of_line:
         v.notes.append(out_of_line)
         return
-    refusal = under_floor(v.candidate_us, v.floor_us, v.floor_basis)
+    refusal = under_floor(v.candidate_us, v.floor_us, v.floor_basis) or reported_under_floor(v)
     if refusal:
         v.implausible = refusal
         v.fail("timing", refusal)
+
+
+def reported_under_floor(v: Verdict) -> str:
+    """The refusal when the candidate's process reported a time under the physical floor: no
+    correct implementation runs that fast, so its own timer was made to lie. The verdict's figure
+    is the judge's anyway; this refuses the lie itself, on every device (on the cpu target a gap
+    between the two clocks alone is only a note: the host's load reaches the judge's wall clock)."""
+    if not under_floor(v.reported_us, v.floor_us, v.floor_basis):
+        return ""
+    return (f"integrity: the candidate's process reported {v.reported_us:,.1f} us per call, under the physical "
+            f"floor of {v.floor_us:,.1f} us ({v.floor_basis}): its own timer does not see all of its work")
 
 
 def faster_than_light(v: Verdict) -> str:

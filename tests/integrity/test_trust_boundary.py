@@ -113,8 +113,9 @@ def assert_judge_figure_stands(verdict, *reasons: str) -> None:
     """The candidate's process lied about its own time; the verdict rests on the judge's clock
     anyway. On the GPU the mismatch is a refusal. On the cpu target it is a note (the host's load
     reaches the wall clock there, so it refuses nothing); the verdict then carries the judge's
-    figure: no speed-up, and the note says what the candidate reported."""
-    reasons = reasons or (OUTER_CLOCK,)
+    figure: no speed-up, and the note says what the candidate reported. A report under the
+    physical floor is a refusal on every device (summary.reported_under_floor)."""
+    reasons = reasons or (OUTER_CLOCK, "the candidate's process reported")
     if verdict.status == "rejected":
         assert_refused(verdict, stage="timing")
         assert any(r in verdict.reason for r in reasons), verdict.reason
@@ -122,6 +123,7 @@ def assert_judge_figure_stands(verdict, *reasons: str) -> None:
     assert verdict.device == "cpu", as_json(verdict)
     assert verdict.status == "accepted" and verdict.speedup_vs_eager < 1.5, as_json(verdict)
     assert any(OUTER_CLOCK in note for note in verdict.notes), as_json(verdict)
+    assert verdict.reported_us < verdict.candidate_us and verdict.reported_us >= verdict.floor_us, as_json(verdict)
 
 
 @pytest.fixture
@@ -550,7 +552,7 @@ def test_native_timer_hijack_with_batch_memo(evaluate_candidate, sandbox):
     different data (one element changed per call), so the judge's clock sees the real cost."""
     source = attack_candidate_source(MEMO_FORWARD, init=MEMO_INIT + HIJACK_INIT)
     verdict = dynamic(evaluate_candidate, source, sandbox, **TIMED)
-    assert_no_false_speedup(verdict, OUTER_CLOCK, "wrong answer")
+    assert_no_false_speedup(verdict, OUTER_CLOCK, "wrong answer", "the candidate's process reported")
 
 
 # --- secrets ------------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ MIB = 1 << 20
 
 
 def _verdict(candidate_us: float, floor_us: float | None, device: str = "cpu", sol_us: float | None = None,
-             eager_us: float = 100.0) -> Verdict:
-    v = Verdict(device=device, correct=True, n_input_sets=5, sol_us=sol_us, sol_bound="compute",
+             eager_us: float = 100.0, reported_us: float | None = None) -> Verdict:
+    v = Verdict(device=device, correct=True, n_input_sets=5, sol_us=sol_us, sol_bound="compute", reported_us=reported_us,
                 floor_us=floor_us, floor_basis="0.5x the time to read 48.0 MiB of inputs once and write "
                                                "16.0 MiB of outputs once at 5,200.0 GB/s measured")
     samples = {"eager": [eager_us] * 5, "compile": [0.9 * eager_us] * 5, "candidate": [candidate_us] * 5}
@@ -172,6 +172,19 @@ def test_a_time_under_the_floor_is_refused_on_every_device(device):
     assert "the outputs cannot have been computed in that time" in v.reason
     assert v.implausible == v.reason
     assert v.candidate_us == 3.1 and v.speedup_vs_eager  # the figures stay in the verdict
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_reported_time_under_the_floor_is_refused_on_every_device(device):
+    """The judge's figure is honest (50 us) but the candidate's own timer said 3.1 us: a lie no
+    correct implementation can tell, refused even where the clocks' gap alone is only a note."""
+    v = _verdict(candidate_us=50.0, floor_us=12.4, device=device, reported_us=3.1)
+    assert v.reward == -1 and not v.correct and v.stage == "timing"
+    assert v.reason.startswith("integrity: the candidate's process reported 3.1 us per call, under the "
+                               "physical floor of 12.4 us (0.5x"), v.reason
+    assert v.reason.endswith("its own timer does not see all of its work")
+    assert _verdict(candidate_us=50.0, floor_us=12.4, device=device, reported_us=12.5).correct
+    assert _verdict(candidate_us=50.0, floor_us=12.4, reported_us=3.1, eager_us=10.0).correct  # floor wrong here
 
 
 def test_just_above_the_floor_and_faster_than_light_is_accepted():
