@@ -83,9 +83,9 @@ def naive_main(problem: Path, solution: Path, device: str, spawned: float) -> No
     build.prepare_environment(device)
     import torch
 
-    from kcoder.evaluate.loading import load_module
-    from kcoder.evaluate.verify import make_inputs
-    from kcoder.evaluate.worker import _copy_weights
+    from kcoder.evaluate.candidate.worker import _copy_weights
+    from kcoder.evaluate.harness.loading import load_module
+    from kcoder.evaluate.harness.verify import make_inputs
     lap("torch_import")
     if device == "cuda":
         build.set_arch_for_device()
@@ -135,7 +135,7 @@ def _time_calls(torch, fn, inputs: list, device: str, calls: int = 100) -> float
     it reads time)."""
     import statistics
 
-    from kcoder.evaluate.timing import Clock
+    from kcoder.evaluate.harness.timing import Clock
 
     clock = Clock(device)
     for _ in range(3):

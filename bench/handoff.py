@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 SENDER = """
 import json, os, sys
 import torch
-from kcoder.evaluate.outbox import Outbox
+from kcoder.evaluate.candidate.outbox import Outbox
 fd, device, mb, folder = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
 outbox = Outbox(fd, device)
 out = torch.randn(int(mb * 2**20 / 4), device=device)
@@ -47,7 +47,7 @@ for line in sys.stdin:
 def trips(device: str, mb: float, repeat: int) -> dict[str, float]:
     import torch
 
-    from kcoder.evaluate import handoff
+    from kcoder.evaluate.harness import handoff
 
     mine, theirs = handoff.socket_pair()
     relay, reader = handoff.socket_pair()

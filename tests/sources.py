@@ -549,7 +549,7 @@ tunable_candidate.__test__ = False  # type: ignore[attr-defined]
 # Every Clock the candidate's process makes reports a third of the time it measured: an
 # instance attribute shadows Clock.call (whose identity, which the worker checks, is unchanged).
 UNDER_REPORT_3X = '''
-import kcoder.evaluate.timing as _timing
+import kcoder.evaluate.harness.timing as _timing
 
 _made = _timing.Clock.__init__
 

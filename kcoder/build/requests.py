@@ -2,7 +2,7 @@
 
 Everything in kcoder's shared build cache (`build/`, `objects/`, `pch/`, `light/`) is reused by
 later evaluations of other candidates, so only a process that never ran a candidate's code may
-write it. A candidate's process (evaluate/worker.py, inside the sandbox, where that cache is
+write it. A candidate's process (evaluate/candidate/worker.py, inside the sandbox, where that cache is
 read-only) therefore asks: its `load_inline` call becomes a request file in its box
 ($KCODER_BUILD_REQUESTS); kcoder's build service (evaluate/buildservice.py) checks it
 (`check_params`), builds it in a fresh confined builder process (build/builder.py) that loads

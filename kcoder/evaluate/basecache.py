@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.options import EvalOptions
-from kcoder.evaluate.timing import Timings
+from kcoder.evaluate.timings import Timings
 from kcoder.paths import cache_root
 from kcoder.verdict import SPEEDUP_MARGIN
 

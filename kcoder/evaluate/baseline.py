@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate import basecache
-from kcoder.evaluate.channel import ChannelError
+from kcoder.evaluate.harness.channel import ChannelError
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sandbox import resolve_mode
 from kcoder.evaluate.spawn import Children

@@ -6,7 +6,7 @@ import re
 import signal
 from pathlib import Path
 
-from kcoder.evaluate.channel import ChannelError
+from kcoder.evaluate.harness.channel import ChannelError
 from kcoder.evaluate.options import EvalOptions
 
 _SIGNALS = {

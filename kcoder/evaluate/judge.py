@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.basetimer import Baselines
-from kcoder.evaluate.channel import ChannelError, Peer, time_value, trace
+from kcoder.evaluate.harness.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.judgenotes import VerdictNotes
 from kcoder.evaluate.judgetiming import candidate_figure, hidden_work_check, judge_figure
 from kcoder.evaluate.options import EvalOptions
-from kcoder.evaluate.sol import record_sol
+from kcoder.evaluate.reference.sol import record_sol
 from kcoder.evaluate.spawn import Children
 from kcoder.evaluate.stagetimes import StageClock
 from kcoder.evaluate.summary import record_errors, record_timings
-from kcoder.evaluate.timing import Timings
+from kcoder.evaluate.timings import Timings
 from kcoder.problem import ProblemError
 from kcoder.verdict import Verdict
 
@@ -192,7 +192,7 @@ class Judge:
     def pass_output(self, reply: dict[str, Any]) -> dict[str, Any]:
         """An output that travels by descriptor (handoff.py): its layout checked, its descriptor
         passed from the candidate's socket to the reference's; the request's extra fields."""
-        from kcoder.evaluate import handoff
+        from kcoder.evaluate.harness import handoff
 
         layout = reply.get("shared")
         if layout is None:  # it went through the file (information only: the candidate's word)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcoder.evaluate.channel import ChannelError, Peer
+from kcoder.evaluate.harness.channel import ChannelError, Peer
 
 QUEUE_WAIT_S = 2.0  # a process that has not queued its batch by then waits on the GPU itself
 HOST_BOUND_WAIT_S = 0.05  # and once one of its batches did, the next ones are not waited for as long

@@ -9,16 +9,20 @@ import secrets
 import time
 from typing import Any
 
-from kcoder.evaluate.channel import ChannelError, Peer
+from kcoder.evaluate.harness.channel import ChannelError, Peer, time_value
 from kcoder.evaluate.judgeclock import SAMPLES, BatchClock, Calibration, Endpoint, Figure, GatePage
 
 AUDITS = 2  # guarded audit calls among the candidate's batches (torch compute refused there)
+# GPU work on other streams outside the timed range, per call, beyond this share of the event
+# time plus slack is work the timer did not see (timestamps of different streams jitter).
+HIDDEN_WORK_SHARE = 0.02
+HIDDEN_WORK_SLACK_US = 20.0
 
 
 def gate_page(pages: dict[int, GatePage], peer: Peer, sock: Any, ask: Any) -> GatePage:
     """The gate page of the process behind `peer`, made and handed over once per process (`pages`
     by process id; `ask(op="gate")` the request that makes the process map it)."""
-    from kcoder.evaluate.handoff import send_fd
+    from kcoder.evaluate.harness.handoff import send_fd
 
     pid = peer.proc.pid
     for gone in [p for p, page in pages.items() if page.process is not None and page.process.poll() is not None]:
@@ -141,8 +145,6 @@ def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
 
 def hidden_work_check(judge: Any, event_us: float, deadline: float) -> None:
     """GPU work outside the range the diagnostic timed calls' events measure (timedrange.py)."""
-    from kcoder.evaluate.timedrange import judge_range
-
     if judge.options.device != "cuda":
         return
     reply = judge.ask_candidate(max(0.0, deadline - time.monotonic()), "timing", op="kernel_time", seed=judge.seed(),
@@ -154,3 +156,29 @@ def hidden_work_check(judge: Any, event_us: float, deadline: float) -> None:
     judge.verdict.notes.append(note)
     if failure:
         judge.fail("timing", failure)
+
+
+def judge_range(found: Any, event_us: float) -> tuple[str, str]:
+    """The judge's reading of a RangeFinding (as to_dict() sent it from the candidate's
+    process) for a call whose events measured `event_us`: (a note, a failure reason or "").
+    Raises ValueError when the finding is malformed."""
+    if not isinstance(found, dict):
+        raise ValueError("was not a record")
+    kernel_us, other_us, outside_us = (time_value(found.get(key), allow_zero=True)
+                                       for key in ("kernel_us", "other_streams_us", "outside_us"))
+    if kernel_us is None or other_us is None or outside_us is None:
+        raise ValueError("was not a number")
+    problem = str(found.get("problem") or "")[:200]
+    if problem:
+        return (f"the profiler could not place the timed range ({problem}): work off the timed stream was "
+                "judged by the judge's own clock only"), ""
+    note = f"device kernel time per call {kernel_us:.1f} us (profiler, all streams)"
+    if other_us > 0:
+        note += f", {other_us:.1f} us of it on other streams than the timed one"
+    if outside_us <= HIDDEN_WORK_SLACK_US + HIDDEN_WORK_SHARE * event_us:
+        return note, ""
+    by_stream = found.get("outside_by_stream")
+    streams = ", ".join(str(k)[:12] for k in list(by_stream)[:4]) if isinstance(by_stream, dict) else ""
+    return note, (f"integrity: {outside_us:.1f} us per call of GPU work ran outside the timed range (on stream "
+                  f"{streams or '?'}, not the timed stream {str(found.get('timed_stream'))[:12]}, which saw "
+                  f"{event_us:.1f} us): work runs outside the timed stream")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from kcoder.devicelock import trace_event
+from kcoder.evaluate.harness.loading import LOG_CHARS, REASON_CHARS
 from kcoder.evaluate.judge import Judge
-from kcoder.evaluate.loading import LOG_CHARS, REASON_CHARS
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.sandbox import resolve_mode
 from kcoder.evaluate.spawn import Children

@@ -31,12 +31,12 @@ from typing import Any
 from kcoder.build.requests import PRIVATE_ROOT_ENV, private_build_root
 from kcoder.devicelock import DeviceTurn, trace_event
 from kcoder.evaluate.buildservice import BuildService
-from kcoder.evaluate.channel import ChannelError, Limits, Peer
-from kcoder.evaluate.handoff import socket_pair
+from kcoder.evaluate.harness.channel import ChannelError, Limits, Peer
+from kcoder.evaluate.harness.handoff import socket_pair
+from kcoder.evaluate.harness.timing import ALLOCATOR_ENV
 from kcoder.evaluate.options import EvalOptions
 from kcoder.evaluate.progress import StageReporter
 from kcoder.evaluate.sandbox import Box, confined_command, kill_all, marked_pids, resident_bytes, scrubbed_env
-from kcoder.evaluate.timing import ALLOCATOR_ENV
 from kcoder.procs import kill_group, read_tail
 from kcoder.redact import is_secret_name
 from kcoder.shutdown import shutting_down
@@ -172,7 +172,7 @@ class Children:
             # Under the reaper: if kcoder dies without cleaning up (SIGKILL), its parent-death
             # signal still ends the reference process and whatever it started (compile workers).
             argv = [sys.executable, "-m", "kcoder.evaluate.reaper", sys.executable, "-m",
-                    "kcoder.evaluate.reference", str(job)]
+                    "kcoder.evaluate.reference.server", str(job)]
             self.ref_proc = self._popen(argv, env, "reference", self.work, theirs)
         opts = self.options
         limits = Limits({"import": opts.problem_timeout_s, "compile": opts.problem_timeout_s,
@@ -200,7 +200,7 @@ class Children:
         env = {**self._compile_only_env(), **self.builds.env(), PRIVATE_ROOT_ENV: str(self.own_builds)}
         # bwrap's PID namespace ends every process the candidate starts; without it, a subreaper
         compile_only = self.options.stop_after == "compile"  # no GPU device nodes in its sandbox either
-        argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.worker", str(job)], self.box,
+        argv, env = confined_command([sys.executable, "-m", "kcoder.evaluate.candidate.worker", str(job)], self.box,
                                      "cpu" if compile_only else self.options.device, self.sandbox,
                                      [self.problem_copy, self.candidate_copy, self.handoff, self.builds.replies],
                                      [self.own_builds], **env, **ALLOCATOR_ENV)
@@ -298,7 +298,7 @@ class Children:
         copy = self.ref_box.root / self.problem.name
         shutil.copyfile(self.problem, copy)
         job = self._job("reference", copy, None, share.fileno())
-        inner = [sys.executable, "-m", "kcoder.evaluate.reference", str(job)]
+        inner = [sys.executable, "-m", "kcoder.evaluate.reference.server", str(job)]
         argv, env = confined_command(inner, self.ref_box, self.options.device, self.sandbox, [copy, job],
                                      [self.handoff, self.box.io], **ALLOCATOR_ENV)
         return self._popen(argv, env, "reference", self.ref_box.root, share)

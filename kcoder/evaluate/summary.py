@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcoder.evaluate.floor import floor_out_of_line, under_floor
-from kcoder.evaluate.sol import sol_fraction
-from kcoder.evaluate.timing import Timings
+from kcoder.evaluate.reference.floor import floor_out_of_line, under_floor
+from kcoder.evaluate.reference.sol import sol_fraction
+from kcoder.evaluate.timings import Timings
 from kcoder.verdict import Verdict, reward_for
 
 # A time under this share of the speed of light's is worth a note: the candidate does less work

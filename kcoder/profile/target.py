@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.build import inline as build
-from kcoder.evaluate.loading import first_line as _first_line
-from kcoder.evaluate.loading import load_module as _load_module
-from kcoder.evaluate.loading import set_precision
+from kcoder.evaluate.harness.loading import first_line as _first_line
+from kcoder.evaluate.harness.loading import load_module as _load_module
+from kcoder.evaluate.harness.loading import set_precision
 
 NVTX_RANGE = "kcoder_candidate"
 
@@ -102,7 +102,7 @@ class Target:
             raise TargetError("build", "the candidate defines no ModelNew")
 
     def instantiate(self) -> None:
-        from kcoder.evaluate.verify import make_inputs
+        from kcoder.evaluate.harness.verify import make_inputs
 
         torch = self.torch
         try:
@@ -174,7 +174,7 @@ def run_timeline(t: Target) -> None:
     """
     _ready_on_gpu(t)
     torch = t.torch
-    from kcoder.evaluate.timing import flush_l2, l2_flush_buffer
+    from kcoder.evaluate.harness.timing import flush_l2, l2_flush_buffer
 
     flush = l2_flush_buffer(torch)
     repeat = max(1, int(t.job.get("repeat", 5)))

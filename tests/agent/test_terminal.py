@@ -155,7 +155,7 @@ def test_a_signal_to_kcoder_ends_a_hanging_evaluation(scripted, repo, sig):
         run.expect(r"verifying input set 1 of 5", timeout=600)  # the candidate spins from here on
         time.sleep(1.0)
         pids, folders = _eval_processes(run.proc.pid)
-        assert any(b"kcoder.evaluate.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
+        assert any(b"kcoder.evaluate.candidate.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
                    for p in pids if _alive(p)), "the candidate's process should be running"
         assert folders, "the evaluation's temp folder should be on a command line"
         run.signal(sig)

@@ -124,7 +124,7 @@ def _workers() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"kcoder.evaluate.worker" in cmdline:
+        if ppid == os.getpid() and b"kcoder.evaluate.candidate.worker" in cmdline:
             found.append(int(stat.parent.name))
     return found
 

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from kcoder.evaluate.batchrun import BatchRun, DeviceGate, perturbed
+from kcoder.evaluate.harness.batchrun import BatchRun, DeviceGate, perturbed
 from kcoder.evaluate.judgeclock import GatePage
 
 
@@ -21,7 +21,7 @@ def main() -> int:
     x = torch.randn(1 << 20, device="cuda")
     model = torch.nn.ReLU()
     run = BatchRun(torch, "cuda", model, [x], 8, keep=True)
-    from kcoder.evaluate.batchrun import warm_kernels
+    from kcoder.evaluate.harness.batchrun import warm_kernels
 
     warm_kernels(run)
     generation = page.next()
@@ -40,7 +40,7 @@ def main() -> int:
     ran_s = time.perf_counter() - t1
     want = perturbed(torch, [x], 123456789, 8, 5, "cuda")
     same = torch.equal(run.outputs[5], model(*want))
-    from kcoder.evaluate.batchrun import commitments
+    from kcoder.evaluate.harness.batchrun import commitments
 
     committed = commitments(torch, run.outputs[5]) == sums[5]
     print(f"GATE queued in {queued_s * 1e3:.2f} ms; stream idle before opening: {done_early}; ran in "

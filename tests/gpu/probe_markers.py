@@ -8,8 +8,8 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from kcoder.evaluate.timedrange import device_records, profile_timed_range, work_outside_range
-from kcoder.evaluate.timing import Clock, flush_l2
+from kcoder.evaluate.candidate.timedrange import device_records, profile_timed_range, work_outside_range
+from kcoder.evaluate.harness.timing import Clock, flush_l2
 
 
 def field(e, name):

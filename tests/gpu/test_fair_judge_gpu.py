@@ -21,8 +21,8 @@ def _eval(tmp_path: Path, source: str, problem: str, **options):
 
 
 def _range(fn, *inputs):
-    from kcoder.evaluate.timedrange import profile_timed_range
-    from kcoder.evaluate.timing import Clock
+    from kcoder.evaluate.candidate.timedrange import profile_timed_range
+    from kcoder.evaluate.harness.timing import Clock
 
     clock = Clock("cuda")
     with torch.no_grad():

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 EXPORTER = textwrap.dedent("""
     import os, socket, sys
     import torch
-    from kcoder.evaluate.outbox import Outbox
+    from kcoder.evaluate.candidate.outbox import Outbox
     big = int(sys.argv[2])
     torch.manual_seed(7)
     out = (torch.randn((3 << 28) + 1 if big else 1000, device="cuda"), [torch.arange(5, device="cuda") * 3, 1.5])
@@ -41,7 +41,7 @@ def _expected(big: bool):
 
 @pytest.mark.parametrize("big", [False, True], ids=["small", "3GiB"])
 def test_an_exported_output_is_copied_into_the_readers_memory(big):
-    from kcoder.evaluate import handoff
+    from kcoder.evaluate.harness import handoff
 
     mine, theirs = handoff.socket_pair()
     proc = subprocess.Popen([sys.executable, "-c", EXPORTER, str(theirs.fileno()), str(int(big))],
@@ -87,7 +87,7 @@ def test_outputs_by_descriptor_are_judged(tmp_path, sandbox):
 
 
 # The candidate's code replaces how the worker describes its output: a misaligned offset.
-FORGE = """import kcoder.evaluate.outbox as _outbox
+FORGE = """import kcoder.evaluate.candidate.outbox as _outbox
 _describe = _outbox.describe
 def _forged(out, device):
     described = _describe(out, device)

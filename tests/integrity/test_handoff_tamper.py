@@ -14,7 +14,7 @@ from sources import candidate_source
 HONEST = "return _ext.scale_add_relu(x, y, self.scale)"
 # The candidate's process is kcoder's worker with the candidate's code inside it: it can replace
 # how the worker describes outputs.
-FORGE = """import kcoder.evaluate.outbox as _outbox
+FORGE = """import kcoder.evaluate.candidate.outbox as _outbox
 _describe = _outbox.describe
 def _forged(out, device):
     described = _describe(out, device)

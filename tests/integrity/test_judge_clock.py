@@ -20,7 +20,7 @@ TIMED = dict(compile_baseline=False)
 
 # Clock.call's code replaced in place while the candidate is imported: its id() is unchanged.
 CODE_REPLACED = '''
-import kcoder.evaluate.timing as _timing
+import kcoder.evaluate.harness.timing as _timing
 
 def _fast(self, fn, inputs):
     out = fn(*inputs)

@@ -23,9 +23,9 @@ def figures(tmp_path, monkeypatch):
     import torch
 
     from kcoder import device_limits as ceilings
-    from kcoder.evaluate import reference
-    from kcoder.evaluate.loading import load_module
+    from kcoder.evaluate.harness.loading import load_module
     from kcoder.evaluate.options import EvalOptions
+    from kcoder.evaluate.reference import server as reference
 
     monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
     cpu = DeviceLimits(device="cpu like", copy_bytes_per_s=25e9, fp32_flops_per_s=1e11,
@@ -39,9 +39,9 @@ def figures(tmp_path, monkeypatch):
 
 
 def _judged(figures: dict, candidate_us: float):
-    from kcoder.evaluate.sol import record_sol
+    from kcoder.evaluate.reference.sol import record_sol
     from kcoder.evaluate.summary import record_timings
-    from kcoder.evaluate.timing import Timings
+    from kcoder.evaluate.timings import Timings
     from kcoder.verdict import Verdict
 
     v = Verdict(device="cpu", correct=True, n_input_sets=5)

@@ -144,7 +144,7 @@ def test_forged_device_ceilings_are_not_believed(tmp_path, monkeypatch):
 def _reference(tmp_path: Path, init: Path, weights: Path):
     import torch
 
-    from kcoder.evaluate.reference import ReferenceServer
+    from kcoder.evaluate.reference.server import ReferenceServer
 
     job = {"problem": str(PROBLEMS / "scale_add.py"), "candidate": None, "options": fast_options().to_dict(),
            "init_path": str(init), "weights_path": str(weights)}

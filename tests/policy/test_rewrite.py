@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kcoder.evaluate.compare import compare_outputs
+from kcoder.evaluate.reference.compare import compare_outputs
 from kcoder.policy.capture import capture_graph
 from kcoder.policy.graph import load_graph
 from kcoder.policy.nodes import Graph, Node, Ref

@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kcoder.evaluate.batchrun import (  # noqa: E402
+from kcoder.evaluate.candidate.harnesscheck import harness_fingerprint  # noqa: E402
+from kcoder.evaluate.harness.batchrun import (  # noqa: E402
     BatchRun,
     calibration_module,
     calibration_template,
@@ -17,7 +18,6 @@ from kcoder.evaluate.batchrun import (  # noqa: E402
     cpu_key,
     perturbed,
 )
-from kcoder.evaluate.harnesscheck import harness_fingerprint  # noqa: E402
 from kcoder.evaluate.judgeclock import (  # noqa: E402
     BAND,
     SLACK_US,
@@ -114,8 +114,8 @@ def test_the_judges_clock_against_a_reported_figure():
 def test_harness_code_replaced_in_place_changes_the_fingerprint():
     import torch.utils.cpp_extension  # noqa: F401 - the fingerprint covers load_inline
 
-    from kcoder.evaluate import batchrun
-    from kcoder.evaluate.worker import CandidateServer
+    from kcoder.evaluate.candidate.worker import CandidateServer
+    from kcoder.evaluate.harness import batchrun
 
     before = harness_fingerprint(torch, CandidateServer)
     assert harness_fingerprint(torch, CandidateServer) == before, "the fingerprint must be stable"

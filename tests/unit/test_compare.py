@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kcoder.evaluate.compare import Mismatch, compare_outputs, zeros_would_pass
+from kcoder.evaluate.reference.compare import Mismatch, compare_outputs, zeros_would_pass
 
 
 def _ref(shape=(256, 256), scale=1.0, seed=0):
@@ -70,7 +70,7 @@ def test_chunked_comparison_matches_whole_tensor_figures(monkeypatch):
     the first bad position must be those of the whole tensor."""
     import torch
 
-    from kcoder.evaluate import compare
+    from kcoder.evaluate.reference import compare
 
     torch.manual_seed(0)
     ref = torch.randn(13, 11)

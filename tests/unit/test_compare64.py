@@ -4,8 +4,8 @@ wrong answers still fail, and the float32 rule's verdicts stand everywhere else.
 import pytest
 import torch
 
-from kcoder.evaluate.compare import Mismatch, ToleranceMismatch, compare_outputs
-from kcoder.evaluate.compare64 import (
+from kcoder.evaluate.reference.compare import Mismatch, ToleranceMismatch, compare_outputs
+from kcoder.evaluate.reference.compare64 import (
     Float64Unavailable,
     compare_float64,
     float64_applies,
@@ -123,7 +123,7 @@ def test_the_rule_applies_to_float32_outputs_only_and_says_when_it_could_not_run
 
 
 def test_chunked_float64_comparison_matches_whole_tensor(cancellation, monkeypatch):
-    from kcoder.evaluate import compare
+    from kcoder.evaluate.reference import compare
 
     ref, ref64, out = cancellation
     whole = compare_float64(out, ref, ref64, "strict")[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kcoder.evaluate.guard import Guard, GuardViolation
+from kcoder.evaluate.candidate.guard import Guard, GuardViolation
 
 
 @pytest.mark.parametrize("call", [

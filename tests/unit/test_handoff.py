@@ -11,9 +11,9 @@ import socket
 import pytest
 import torch
 
-from kcoder.evaluate import handoff
-from kcoder.evaluate.handoff import HandoffError, receive_fd, receive_output, send_fd, validate
-from kcoder.evaluate.outbox import Outbox, describe
+from kcoder.evaluate.candidate.outbox import Outbox, describe
+from kcoder.evaluate.harness import handoff
+from kcoder.evaluate.harness.handoff import HandoffError, receive_fd, receive_output, send_fd, validate
 
 
 def _output():

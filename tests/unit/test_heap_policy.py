@@ -15,14 +15,14 @@ import sys
 
 from helpers import PROBLEMS, ROOT
 
-from kcoder.evaluate.timing import ALLOCATOR_ENV
+from kcoder.evaluate.harness.timing import ALLOCATOR_ENV
 
 PROCESSES = 4
 LOOP = f'''
 import importlib.util, resource
 import torch
-from kcoder.evaluate.timing import Clock, time_rounds
-from kcoder.evaluate.verify import make_inputs
+from kcoder.evaluate.harness.timing import Clock, time_rounds
+from kcoder.evaluate.harness.verify import make_inputs
 
 spec = importlib.util.spec_from_file_location("problem", {str(PROBLEMS / "scale_add.py")!r})
 problem = importlib.util.module_from_spec(spec)

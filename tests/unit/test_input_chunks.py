@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kcoder.evaluate import verify
+from kcoder.evaluate.harness import verify
 
 
 @pytest.fixture(autouse=True)

@@ -90,7 +90,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_the_package():
     graph = import_graph()
-    assert {"kcoder.cli", "kcoder.evaluate", "kcoder.evaluate.worker", "kcoder.agent.loop"} <= set(graph)
+    assert {"kcoder.cli", "kcoder.evaluate", "kcoder.evaluate.candidate.worker", "kcoder.agent.loop"} <= set(graph)
     assert graph["kcoder.cli"], "the CLI imports kcoder modules: the walk must find them"
 
 
@@ -156,3 +156,47 @@ def test_the_leaves_import_nothing_of_kcoder():
     """The option values and the model's reply types are below everything that uses them."""
     graph = import_graph()
     assert graph["kcoder.choices"] == set() and graph["kcoder.replies"] == set()
+
+
+# The trust boundary (kcoder/evaluate/candidate/__init__.py): code that runs in the candidate's
+# process lives in evaluate/candidate/, and nothing that the judge or the reference runs imports it.
+CANDIDATE = "kcoder.evaluate.candidate"
+HARNESS = "kcoder.evaluate.harness"
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every kcoder module that importing `start` runs: its imports and, as Python does, the
+    packages above each (their __init__)."""
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+            parts = node.split(".")
+            todo.extend(p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in graph)
+    return seen
+
+
+def test_nothing_outside_the_candidates_package_imports_it():
+    graph = import_graph()
+    leaks = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                   if b.startswith(CANDIDATE) and not a.startswith(CANDIDATE))
+    assert not leaks, "trusted code importing code of the candidate's process:\n" + "\n".join(leaks)
+
+
+def test_the_reference_process_runs_none_of_the_candidates_code():
+    graph = import_graph()
+    assert graph["kcoder.evaluate.reference.server"], "the walk must see the reference's imports"
+    assert not {m for m in reachable(graph, "kcoder.evaluate.reference.server") if m.startswith(CANDIDATE)}
+
+
+def test_the_candidates_process_runs_its_package_and_the_harness_of_the_evaluator():
+    """Of the evaluator, the worker reaches its own package, the shared harness and the options:
+    no module of the judge's (which would then run, untrusted, beside the candidate)."""
+    graph = import_graph()
+    evaluator = {m for m in reachable(graph, f"{CANDIDATE}.worker") if m.startswith("kcoder.evaluate")}
+    assert f"{HARNESS}.batchrun" in evaluator and f"{CANDIDATE}.outbox" in evaluator
+    others = evaluator - {"kcoder.evaluate", "kcoder.evaluate.options"}  # the package's __init__ is lazy
+    others = {m for m in others if not m.startswith((CANDIDATE, HARNESS))}
+    assert not others, f"judge-side modules the candidate's process imports: {sorted(others)}"

@@ -9,9 +9,9 @@ import torch
 import torch.nn as nn
 
 from kcoder.device_limits import DeviceLimits
-from kcoder.evaluate.floor import FLOOR_MARGIN, floor_figures, physical_floor, under_floor
+from kcoder.evaluate.reference.floor import FLOOR_MARGIN, floor_figures, physical_floor, under_floor
 from kcoder.evaluate.summary import record_timings
-from kcoder.evaluate.timing import Timings
+from kcoder.evaluate.timings import Timings
 from kcoder.verdict import Verdict
 
 MIB = 1 << 20
@@ -19,9 +19,10 @@ MIB = 1 << 20
 
 def _verdict(candidate_us: float, floor_us: float | None, device: str = "cpu", sol_us: float | None = None,
              eager_us: float = 100.0, reported_us: float | None = None) -> Verdict:
-    v = Verdict(device=device, correct=True, n_input_sets=5, sol_us=sol_us, sol_bound="compute", reported_us=reported_us,
-                floor_us=floor_us, floor_basis="0.5x the time to read 48.0 MiB of inputs once and write "
-                                               "16.0 MiB of outputs once at 5,200.0 GB/s measured")
+    v = Verdict(device=device, correct=True, n_input_sets=5, sol_us=sol_us, sol_bound="compute",
+                reported_us=reported_us, floor_us=floor_us,
+                floor_basis="0.5x the time to read 48.0 MiB of inputs once and write 16.0 MiB of outputs once at "
+                            "5,200.0 GB/s measured")
     samples = {"eager": [eager_us] * 5, "compile": [0.9 * eager_us] * 5, "candidate": [candidate_us] * 5}
     record_timings(v, Timings(samples))
     return v
@@ -243,8 +244,8 @@ def test_the_examples_eager_times_on_this_cpu_are_far_above_the_floor():
     from helpers import ROOT
 
     from kcoder.device_limits import _copy_rate
-    from kcoder.evaluate.loading import load_module
-    from kcoder.evaluate.verify import make_inputs
+    from kcoder.evaluate.harness.loading import load_module
+    from kcoder.evaluate.harness.verify import make_inputs
 
     curve = {str(1 << s): _copy_rate(torch, 1 << s) for s in range(18, 27)}
     limits = DeviceLimits(device="here", copy_bytes_per_s=min(curve.values()), fp32_flops_per_s=1e11,

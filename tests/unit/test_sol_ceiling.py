@@ -10,7 +10,7 @@ import pytest
 from helpers import PROBLEMS
 
 from kcoder.device_limits import DeviceLimits
-from kcoder.evaluate.sol import copy_rate_at, speed_of_light
+from kcoder.evaluate.reference.sol import copy_rate_at, speed_of_light
 
 WORK = {"flops": 0.0, "min_bytes": 8 << 20}
 
@@ -41,7 +41,7 @@ def test_the_problem_size_rate_is_kept_with_the_device_ceilings(tmp_path, monkey
     import torch
 
     from kcoder.device_limits import load_limits
-    from kcoder.evaluate import sol
+    from kcoder.evaluate.reference import sol
 
     monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
     limits = _limits(1e9)
@@ -58,9 +58,9 @@ def test_the_reference_uses_the_problem_size_ceiling_when_faster(tmp_path, monke
     import torch
 
     from kcoder import device_limits as ceilings
-    from kcoder.evaluate import reference
-    from kcoder.evaluate.loading import load_module
+    from kcoder.evaluate.harness.loading import load_module
     from kcoder.evaluate.options import EvalOptions
+    from kcoder.evaluate.reference import server as reference
 
     monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
     slow = DeviceLimits(device="cpu slow", copy_bytes_per_s=1e6, fp32_flops_per_s=1e15)  # 1 MB/s

@@ -4,7 +4,7 @@ reference graph's FLOPs and tensors, and a verified rewrite may do less (on an H
 (test_physical_floor.py)."""
 
 from kcoder.evaluate.summary import record_timings
-from kcoder.evaluate.timing import Timings
+from kcoder.evaluate.timings import Timings
 from kcoder.verdict import Verdict
 
 

@@ -5,7 +5,8 @@ stream before the start event or after the end event is refused."""
 import pytest
 from torch.autograd import DeviceType
 
-from kcoder.evaluate.timedrange import Record, device_records, judge_range, work_outside_range
+from kcoder.evaluate.candidate.timedrange import Record, device_records, work_outside_range
+from kcoder.evaluate.judgetiming import judge_range
 
 TIMED, SIDE, LIBRARY = 7, 23, 31
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kcoder.evaluate.outbox import NotPlain, UnreadableOutput, _export_host  # noqa: E402
+from kcoder.evaluate.candidate.outbox import NotPlain, UnreadableOutput, _export_host  # noqa: E402
 
 
 @pytest.mark.filterwarnings("ignore:The given buffer is not writable")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
-from kcoder.evaluate import static_rules as rules
-from kcoder.evaluate.static_native import native_findings
+from kcoder.evaluate.static import rules
+from kcoder.evaluate.static.native import native_findings
 
 
 def dotted(node: ast.AST) -> str:

@@ -26,10 +26,6 @@ from typing import Any
 
 END_MARK_CYCLES = 1000  # the end marker: a sleep of ~0.5 us on the timed stream
 CALLS = 3
-# GPU work on other streams outside the timed range, per call, beyond this share of the event
-# time plus slack is work the timer did not see (timestamps of different streams jitter).
-HIDDEN_WORK_SHARE = 0.02
-HIDDEN_WORK_SLACK_US = 20.0
 
 
 @dataclass
@@ -107,34 +103,6 @@ def work_outside_range(records: Iterable[Record], calls: int) -> RangeFinding:
     return finding
 
 
-def judge_range(found: Any, event_us: float) -> tuple[str, str]:
-    """The judge's reading of a RangeFinding (as to_dict() sent it from the candidate's
-    process) for a call whose events measured `event_us`: (a note, a failure reason or "").
-    Raises ValueError when the finding is malformed."""
-    from kcoder.evaluate.channel import time_value
-
-    if not isinstance(found, dict):
-        raise ValueError("was not a record")
-    kernel_us, other_us, outside_us = (time_value(found.get(key), allow_zero=True)
-                                       for key in ("kernel_us", "other_streams_us", "outside_us"))
-    if kernel_us is None or other_us is None or outside_us is None:
-        raise ValueError("was not a number")
-    problem = str(found.get("problem") or "")[:200]
-    if problem:
-        return (f"the profiler could not place the timed range ({problem}): work off the timed stream was "
-                "judged by the judge's own clock only"), ""
-    note = f"device kernel time per call {kernel_us:.1f} us (profiler, all streams)"
-    if other_us > 0:
-        note += f", {other_us:.1f} us of it on other streams than the timed one"
-    if outside_us <= HIDDEN_WORK_SLACK_US + HIDDEN_WORK_SHARE * event_us:
-        return note, ""
-    by_stream = found.get("outside_by_stream")
-    streams = ", ".join(str(k)[:12] for k in list(by_stream)[:4]) if isinstance(by_stream, dict) else ""
-    return note, (f"integrity: {outside_us:.1f} us per call of GPU work ran outside the timed range (on stream "
-                  f"{streams or '?'}, not the timed stream {str(found.get('timed_stream'))[:12]}, which saw "
-                  f"{event_us:.1f} us): work runs outside the timed stream")
-
-
 def device_records(events: Iterable[Any], marks: dict[str, str]) -> list[Record]:
     """The device work of a kineto trace (`prof.profiler.kineto_results.events()`), each
     record tagged with the kind of the named profiler range (`marks`: range name -> kind)
@@ -180,7 +148,7 @@ def profile_timed_range(clock: Any, fn: Callable[..., Any], inputs: list[Any], c
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from kcoder.evaluate.timing import flush_l2
+    from kcoder.evaluate.harness.timing import flush_l2
 
     token = secrets.token_hex(8)
     marks = {f"kcoder.flush.{token}": "flush", f"kcoder.start.{token}": "start", f"kcoder.end.{token}": "end"}

@@ -1,10 +1,10 @@
 """Static checks on a candidate's source before it runs. Each finding names its trick.
 
-Python is checked on the AST (static_python.py, with the tables in static_rules.py): modules
+Python is checked on the AST (python.py, with the tables in rules.py): modules
 whose every use is a trick are refused at import, other modules by the names the code reaches
 in them. The C++/CUDA sources, which are string constants of the file, are checked by patterns
-on the text as the compiler reads it, macros expanded (static_native.py, with static_interp.py
-for Python reached from C++ and static_lowlevel.py for load-time code, allocators, page
+on the text as the compiler reads it, macros expanded (native.py, with interp.py
+for Python reached from C++ and lowlevel.py for load-time code, allocators, page
 protection, signals and symbol lookups). These checks are a first line; the
 sandbox, the run-time guard and the dynamic checks in verify/timing back them up.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kcoder.evaluate.static_python import Checker
+from kcoder.evaluate.static.python import Checker
 
 
 @dataclass(frozen=True)

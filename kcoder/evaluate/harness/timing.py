@@ -4,16 +4,13 @@
 a short GPU head start that hides the host's launch work, and CUDA events (perf_counter on
 the CPU). `time_rounds` times several implementations in a random order per round, each on
 inputs made fresh from the round's seed. The baselines run in the reference process and the
-candidate in its own (see judge.py); `Timings` turns the samples into medians, spreads and
-speed-ups with a bootstrap interval.
+candidate in its own (see judge.py); the judge turns the samples into figures (timings.py).
 """
 from __future__ import annotations
 
 import random
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 # One heap policy for both processes that time (the reference's baselines, the candidate's), set
@@ -28,41 +25,6 @@ from typing import Any
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 HOST_OVERLAP_S = 50e-6  # the GPU's head start before each timed call, grown to cover the host
 MAX_HOST_OVERLAP_S = 5e-3
-
-
-@dataclass
-class Timings:
-    """Per-implementation times in microseconds, one per round (same order across impls)."""
-
-    samples: dict[str, list[float]] = field(default_factory=dict)
-
-    def median(self, name: str) -> float:
-        return statistics.median(self.samples[name])
-
-    def iqr(self, name: str) -> float:
-        values = sorted(self.samples[name])
-        if len(values) < 4:
-            return values[-1] - values[0]
-        q = statistics.quantiles(values, n=4)
-        return q[2] - q[0]
-
-    def speedup(self, base: str, cand: str) -> float:
-        return self.median(base) / self.median(cand)
-
-    def speedup_ci(self, base: str, cand: str, level: float = 0.90, n_boot: int = 400) -> list[float]:
-        """Bootstrap interval of the ratio of medians, resampling each side's rounds (the
-        baselines and the candidate are timed in different processes, so rounds are unpaired)."""
-        rng = random.Random(1234)
-        a, b = self.samples[base], self.samples[cand]
-        ratios = []
-        for _ in range(n_boot):
-            ra = [a[rng.randrange(len(a))] for _ in a]
-            rb = [b[rng.randrange(len(b))] for _ in b]
-            ratios.append(statistics.median(ra) / statistics.median(rb))
-        ratios.sort()
-        lo = ratios[int((1 - level) / 2 * n_boot)]
-        hi = ratios[int((1 + level) / 2 * n_boot) - 1]
-        return [round(lo, 4), round(hi, 4)]
 
 
 def l2_flush_buffer(torch: Any) -> Any:

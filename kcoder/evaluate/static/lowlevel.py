@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from kcoder.evaluate.static_text import call_args, line_at
+from kcoder.evaluate.static.text import call_args, line_at
 
 _LOAD = ("load-time-code", "runs code when the library loads or unloads")
 _ALLOC = ("allocator", "replaces an allocator or builds storages by hand (outputs that compute themselves "
@@ -92,7 +92,7 @@ def _shown(text: str) -> str:
 
 
 def lowlevel_findings(code: str, kept: str, read: str, cpp_like: bool) -> Iterator[tuple[str, int, str]]:
-    """(check, line, message) for each trick in one C++ string, in static_text's three views;
+    """(check, line, message) for each trick in one C++ string, in text.py's three views;
     words are checked only where `cpp_like` (the text reads as C/C++, not as prose or Python)."""
     for pattern, (check, message), words in _COMPILED:
         m = pattern.search(code) if cpp_like or not words else None

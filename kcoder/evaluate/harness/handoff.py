@@ -194,7 +194,7 @@ def receive_output(sock: socket.socket, layout: Any, reference_bytes: int, devic
 
             buffer = torch.empty(0, dtype=torch.uint8, device=device)
         elif device == "cuda":
-            from kcoder.evaluate.cudashare import import_copy
+            from kcoder.evaluate.harness.cudashare import import_copy
 
             try:
                 buffer = import_copy(fd, size)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from kcoder.evaluate.static_text import call_args, defines, line_at
+from kcoder.evaluate.static.text import call_args, defines, line_at
 
 CHECK = "python-from-cpp"
 _API = "reaches the Python interpreter from C++ (the Python C API)"
@@ -98,7 +98,7 @@ def _shown(m: re.Match[str]) -> str:
 
 def interpreter_findings(code: str, kept: str, read: str, cpp_like: bool) -> Iterator[tuple[int, str]]:
     """(line, message) for each way into Python in one C++ string: `code` blanks its literals,
-    `kept` keeps them index for index, `read` has their escapes read (static_text's views);
+    `kept` keeps them index for index, `read` has their escapes read (text.py's views);
     `cpp_like`: the text reads as C/C++, not as prose or Python (which share some names)."""
     m = _C_API.search(code)
     if m:

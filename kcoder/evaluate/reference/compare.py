@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kcoder.evaluate.harness.verify import flatten_outputs
+
 # (elementwise rtol, relative-norm tolerance) per dtype name and precision policy.
 _TOLERANCES = {
     ("float32", "strict"): (1e-4, 5e-5),
@@ -56,16 +58,6 @@ class ErrorStats:
         self.max_rel_err = max(self.max_rel_err, other.max_rel_err)
         self.rel_norm_err = max(self.rel_norm_err, other.rel_norm_err)
         self.tolerance = self.tolerance or other.tolerance
-
-
-def flatten_outputs(out: Any, path: str = "output") -> list[tuple[str, Any]]:
-    """Flatten nested tuples/lists of outputs into (path, leaf) pairs."""
-    if isinstance(out, (tuple, list)):
-        leaves: list[tuple[str, Any]] = []
-        for i, item in enumerate(out):
-            leaves.extend(flatten_outputs(item, f"{path}[{i}]"))
-        return leaves
-    return [(path, out)]
 
 
 def compare_outputs(out: Any, ref: Any, precision: str) -> ErrorStats:

@@ -1,6 +1,6 @@
 """Candidate process: builds ModelNew and runs it when the judge asks. It decides nothing.
 
-Run as `python -m kcoder.evaluate.worker JOB.json` inside the sandbox, with stdin/stdout
+Run as `python -m kcoder.evaluate.candidate.worker JOB.json` inside the sandbox, with stdin/stdout
 connected to the judge (see channel.py). It never sees the reference model: the problem
 module is loaded for `get_inputs()` only (Model removed), the weights come from the reference
 process as a file, and the seed of every input set arrives with the request that uses it, so
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.build import inline as build
-from kcoder.evaluate.channel import Link
-from kcoder.evaluate.harnesscheck import harness_fingerprint
-from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
+from kcoder.evaluate.candidate.harnesscheck import harness_fingerprint
+from kcoder.evaluate.candidate.outbox import Outbox
+from kcoder.evaluate.harness.channel import Link
+from kcoder.evaluate.harness.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
-from kcoder.evaluate.outbox import Outbox
 
 CANDIDATE_MODULE = "kcoder_candidate"
 # Requests after which the allocator's cache is kept: emptying it would make the next timed
@@ -161,7 +161,7 @@ class CandidateServer:
                 self._release()
 
     def inputs(self, seed: int) -> list[Any]:
-        from kcoder.evaluate.verify import make_inputs
+        from kcoder.evaluate.harness.verify import make_inputs
 
         try:
             return make_inputs(self.problem, seed, self.device)
@@ -174,7 +174,7 @@ class CandidateServer:
         Memory stays near one input set: the output is saved and freed before the inputs are
         compared with a copy made again from the seed; only the previous verification output
         stays alive (so its memory cannot be handed out again, and reuse shows)."""
-        from kcoder.evaluate.verify import CandidateFailure, check_aliasing, check_unchanged
+        from kcoder.evaluate.harness.verify import CandidateFailure, check_aliasing, check_unchanged
 
         stage = "verify" if label.startswith("input set") else "timing"
         prefix = "" if stage == "verify" else f"{label}: "
@@ -201,7 +201,7 @@ class CandidateServer:
         return reply
 
     def op_warmup(self, seeds: list[int]) -> dict[str, Any]:
-        from kcoder.evaluate.timing import Clock
+        from kcoder.evaluate.harness.timing import Clock
 
         self.clock = Clock(self.device)
         if self.device == "cuda":  # the timing's own peak, whether or not this process verified first
@@ -236,7 +236,7 @@ class CandidateServer:
 
     def op_gate(self) -> dict[str, Any]:
         """The gate page (judgeclock.GatePage) the judge sent over the hand-off socket."""
-        from kcoder.evaluate.batchrun import GateError, open_gate
+        from kcoder.evaluate.harness.batchrun import GateError, open_gate
 
         try:
             self.gate = open_gate(self.torch, self.outbox.sock)
@@ -249,20 +249,21 @@ class CandidateServer:
         """n calls timed by the judge's own clock (batchrun.py, judgeclock.py); each call's
         output committed before "done" and kept until the next batch for the judge's drawn
         checks. `calibration`: a module that computes nothing stands in for the candidate."""
-        from kcoder.evaluate.batchrun import BatchRun, GateError, calibration_module, calibration_template, serve_batch
-        from kcoder.evaluate.timing import flush_l2
+        from kcoder.evaluate.harness import batchrun
+        from kcoder.evaluate.harness.timing import flush_l2
 
         self.batch_run, self.last = None, None
         base, model = self.inputs(seed), self.model
         if calibration:  # its figure only ever lowers what is taken off (judgeclock: the smaller one)
             with self.torch.no_grad():
-                model = calibration_module(self.torch, calibration_template(self.torch, self._call(base, "timing")))
+                template = batchrun.calibration_template(self.torch, self._call(base, "timing"))
+                model = batchrun.calibration_module(self.torch, template)
         flush = (lambda: flush_l2(self.clock.flush_buffer)) if self.device == "cuda" else None
-        run = BatchRun(self.torch, self.device, model, base, n, keep=not calibration, flush=flush)
+        run = batchrun.BatchRun(self.torch, self.device, model, base, n, keep=not calibration, flush=flush)
         try:
-            sums = serve_batch(self.link, run, getattr(self, "gate", None), generation,
-                               lambda fn: self._call(fn, "timing", direct=True), "run")
-        except GateError as exc:
+            sums = batchrun.serve_batch(self.link, run, getattr(self, "gate", None), generation,
+                                        lambda fn: self._call(fn, "timing", direct=True), "run")
+        except batchrun.GateError as exc:
             raise HarnessFault(str(exc)) from None
         self._integrity("timing", "a batch")
         self.batch_run = None if calibration else run
@@ -277,7 +278,7 @@ class CandidateServer:
     def op_kernel_time(self, seed: int) -> dict[str, Any]:
         """A few calls under the profiler, timed as op_time's are: where their GPU work ran
         (timedrange.py; the judge decides)."""
-        from kcoder.evaluate.timedrange import profile_timed_range
+        from kcoder.evaluate.candidate.timedrange import profile_timed_range
 
         inputs = self.inputs(seed)
         finding = self._call(lambda: profile_timed_range(self.clock, self.model, inputs), "timing", direct=True)
@@ -286,15 +287,15 @@ class CandidateServer:
 
     # --- helpers ------------------------------------------------------------------------------
     def _guarded(self, inputs: list[Any], stage: str) -> Any:
-        from kcoder.evaluate.guard import Guard
-        from kcoder.evaluate.verify import guarded_call
+        from kcoder.evaluate.candidate.guard import Guard
+        from kcoder.evaluate.harness.verify import guarded_call
 
         self.guard = Guard(str(self.candidate_path), list(self.options.allow))
         return self._call(lambda: guarded_call(self.model, inputs, self.guard, self.sync), stage, direct=True)
 
     def _call(self, fn: Any, stage: str, direct: bool = False) -> Any:
         """Run the candidate; its exceptions become a Failure with a reason that names the cause."""
-        from kcoder.evaluate.verify import CandidateFailure
+        from kcoder.evaluate.harness.verify import CandidateFailure
 
         try:
             return fn() if direct else self.model(*fn)
@@ -305,7 +306,7 @@ class CandidateServer:
 
     def _save(self, out: Any, path: str) -> dict[str, Any]:
         """The output to the reference process (outbox.py): by descriptor, else through `path`."""
-        from kcoder.evaluate.outbox import NotPlain
+        from kcoder.evaluate.candidate.outbox import NotPlain
 
         try:
             return self.outbox.deliver(out, path)

@@ -287,7 +287,7 @@ def open_gate(torch: Any, sock: Any) -> DeviceGate:
     """The gate page whose descriptor the judge sent over `sock` (the hand-off socket)."""
     import os
 
-    from kcoder.evaluate.handoff import receive_fd
+    from kcoder.evaluate.harness.handoff import receive_fd
 
     if sock is None:
         raise GateError("no socket to receive the gate page on")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kcoder.evaluate.compare import flatten_outputs
+from kcoder.evaluate.harness.verify import flatten_outputs
 
 # The floor is this share of the time to move the bytes at the fastest measured copy rate.
 # Why not 1: a copy's bytes are counted read+write, and on a CPU each written line is first read

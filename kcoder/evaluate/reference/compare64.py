@@ -26,8 +26,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kcoder.evaluate import compare
-from kcoder.evaluate.compare import ErrorStats, Mismatch, ToleranceMismatch, compare_outputs, flatten_outputs
+from kcoder.evaluate.reference import compare
+from kcoder.evaluate.reference.compare import ErrorStats, Mismatch, ToleranceMismatch, compare_outputs, flatten_outputs
 
 FACTOR = 4.0
 FLOAT32_EPS = 2.0 ** -23

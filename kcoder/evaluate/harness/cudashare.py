@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kcoder.evaluate.timing import cuda_driver
+from kcoder.evaluate.harness.timing import cuda_driver
 
 ALLOCATION_PINNED = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
 HANDLE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR

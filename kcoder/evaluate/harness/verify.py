@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kcoder.evaluate.compare import flatten_outputs
+
+def flatten_outputs(out: Any, path: str = "output") -> list[tuple[str, Any]]:
+    """Flatten nested tuples/lists of outputs into (path, leaf) pairs."""
+    if isinstance(out, (tuple, list)):
+        leaves: list[tuple[str, Any]] = []
+        for i, item in enumerate(out):
+            leaves.extend(flatten_outputs(item, f"{path}[{i}]"))
+        return leaves
+    return [(path, out)]
 
 
 class CandidateFailure(Exception):

@@ -12,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from kcoder.evaluate.handoff import ALIGN, ITEMSIZE, MAX_DEPTH, MAX_DIMS, host_view, send_fd
+from kcoder.evaluate.harness.handoff import ALIGN, ITEMSIZE, MAX_DEPTH, MAX_DIMS, host_view, send_fd
 
 
 def describe(out: Any, device: str) -> tuple[dict[str, Any], list[tuple[Any, int]]] | None:
@@ -99,7 +99,7 @@ class Outbox:
 
     def _export(self, parts: list[tuple[Any, int]], size: int) -> int:
         if self.device == "cuda":
-            from kcoder.evaluate.cudashare import DeviceBuffer
+            from kcoder.evaluate.harness.cudashare import DeviceBuffer
 
             if self.cuda_buffer is None or self.cuda_buffer.size < size:
                 self.cuda_buffer = None  # the old one is released first: one buffer alive at a time

@@ -1,6 +1,6 @@
 """Reference process: the judge's hands. It never loads the candidate.
 
-Run as `python -m kcoder.evaluate.reference JOB.json`, with stdin/stdout connected to the
+Run as `python -m kcoder.evaluate.reference.server JOB.json`, with stdin/stdout connected to the
 judge (channel.py). It builds Model from the problem file with the evaluation's seed, hands
 its weights and constructor arguments to the candidate's process as files, computes
 reference outputs for the input sets the judge names (by seed), compares the candidate's
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.build import inline as build
-from kcoder.evaluate.channel import Link
-from kcoder.evaluate.loading import file_traceback, first_line, load_module, set_precision
+from kcoder.evaluate.harness.channel import Link
+from kcoder.evaluate.harness.loading import file_traceback, first_line, load_module, set_precision
 from kcoder.evaluate.options import EvalOptions
 from kcoder.hostinfo import cpu_model, cuda_device
 from kcoder.trust import UnsafeFile, open_plain, remove_plain, writing_whole
@@ -107,7 +107,7 @@ class ReferenceServer:
         return ProblemFault(f"the problem file failed{where}: {first_line(exc)}")
 
     def inputs(self, seed: int) -> list[Any]:
-        from kcoder.evaluate.verify import make_inputs
+        from kcoder.evaluate.harness.verify import make_inputs
 
         try:
             return make_inputs(self.problem, seed, self.device)
@@ -120,7 +120,7 @@ class ReferenceServer:
         inputs = self.inputs(seed)
         if not batch:
             return inputs
-        from kcoder.evaluate.batchrun import perturbed
+        from kcoder.evaluate.harness.batchrun import perturbed
 
         return perturbed(self.torch, inputs, int(batch["key"]), int(batch["n"]), int(batch["call"]), self.device)
 
@@ -136,7 +136,7 @@ class ReferenceServer:
 
     def _first_run(self) -> dict[str, Any]:
         """One reference call: its own peak memory and the one-input-set footprint."""
-        from kcoder.evaluate.compare import flatten_outputs
+        from kcoder.evaluate.harness.verify import flatten_outputs
 
         torch = self.torch
         if self.device == "cuda":
@@ -174,8 +174,8 @@ class ReferenceServer:
         saw it) with the reference's: `shared` (its layout) when it came by descriptor, else
         saved at `path`. With `commitment`, its bytes must also be the bytes the candidate's
         process committed to before the judge's clock stopped (batchrun.py)."""
-        from kcoder.evaluate.batchrun import commitments
-        from kcoder.evaluate.compare import Mismatch, compare_outputs
+        from kcoder.evaluate.harness.batchrun import commitments
+        from kcoder.evaluate.reference.compare import Mismatch, compare_outputs
 
         ref = self.reference(seed, batch)
         try:
@@ -193,7 +193,7 @@ class ReferenceServer:
         try:
             stats = compare_outputs(out, ref, self.options.precision)
         except Mismatch as exc:
-            from kcoder.evaluate.compare64 import second_opinion
+            from kcoder.evaluate.reference.compare64 import second_opinion
 
             try:  # the float64 rule, for float32 values only (compare64.py)
                 stats, rule = second_opinion(exc, out, ref, lambda: self.reference_float64(seed, batch, out),
@@ -206,8 +206,8 @@ class ReferenceServer:
     def reference_float64(self, seed: int, batch: dict[str, Any] | None, out: Any) -> Any:
         """Model run in float64 on the upcast inputs and weights of input set `seed` (only
         when the float32 tolerance refused an output, and within compare64.MAX_BYTES)."""
-        from kcoder.evaluate.compare import flatten_outputs
-        from kcoder.evaluate.compare64 import MAX_BYTES, Float64Unavailable, float64_model, upcast
+        from kcoder.evaluate.harness.verify import flatten_outputs
+        from kcoder.evaluate.reference.compare64 import MAX_BYTES, Float64Unavailable, float64_model, upcast
         torch = self.torch
         inputs = self.call_inputs(seed, batch)
         out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
@@ -227,15 +227,15 @@ class ReferenceServer:
             # A regular file only, no link followed: the folder is the candidate's to write.
             with open_plain(path) as fh:
                 return self.torch.load(fh, weights_only=True, map_location=self.device)
-        from kcoder.evaluate.compare import flatten_outputs
-        from kcoder.evaluate.handoff import receive_output
+        from kcoder.evaluate.harness.handoff import receive_output
+        from kcoder.evaluate.harness.verify import flatten_outputs
 
         ref_bytes = sum(t.nbytes for _, t in flatten_outputs(ref) if isinstance(t, self.torch.Tensor))
         return receive_output(self.share, shared, ref_bytes, self.device)
 
     def op_notes(self) -> dict[str, Any]:
         """What the checks could not tell: degenerate problems."""
-        from kcoder.evaluate.compare import zeros_would_pass
+        from kcoder.evaluate.reference.compare import zeros_would_pass
 
         notes = []
         if len(self.fingerprints) == 1:
@@ -254,7 +254,7 @@ class ReferenceServer:
             raise RuntimeError("this reference process keeps no hand-off files (not a session's)")
         self.fingerprints.clear()
         if self.share is not None:
-            from kcoder.evaluate.handoff import drain
+            from kcoder.evaluate.harness.handoff import drain
 
             drain(self.share)
         if self.device == "cuda":
@@ -276,8 +276,8 @@ class ReferenceServer:
         (evaluate/floor.py); the device's ceilings are measured here the first time (asked
         while no candidate process is alive)."""
         from kcoder.device_limits import limits_for
-        from kcoder.evaluate.floor import floor_figures
-        from kcoder.evaluate.sol import count_work, own_size_rate, speed_of_light
+        from kcoder.evaluate.reference.floor import floor_figures
+        from kcoder.evaluate.reference.sol import count_work, own_size_rate, speed_of_light
 
         try:
             work = count_work(self.torch, self.model, self.inputs(self.options.seed))
@@ -295,7 +295,7 @@ class ReferenceServer:
 
     def op_gate(self) -> dict[str, Any]:
         """The gate page (judgeclock.GatePage) the judge sent over the hand-off socket."""
-        from kcoder.evaluate.batchrun import open_gate
+        from kcoder.evaluate.harness.batchrun import open_gate
 
         self.gate = open_gate(self.torch, self.share)
         return {"gate": True}
@@ -304,8 +304,8 @@ class ReferenceServer:
                  impl: str = "eager") -> dict[str, Any]:
         """n calls of eager or torch.compile timed by the judge's clock, exactly as the
         candidate's are (batchrun.py): the same inputs, flush, commitments and gate."""
-        from kcoder.evaluate.batchrun import BatchRun, calibration_module, calibration_template, serve_batch
-        from kcoder.evaluate.timing import flush_l2, l2_flush_buffer
+        from kcoder.evaluate.harness.batchrun import BatchRun, calibration_module, calibration_template, serve_batch
+        from kcoder.evaluate.harness.timing import flush_l2, l2_flush_buffer
 
         torch, base = self.torch, self.inputs(seed)
         if impl == "compile" and self.compiled is None:
@@ -359,7 +359,7 @@ def _fingerprint(out: Any) -> str:
     """A cheap summary of an output's values (shape, dtype, sums) to spot constant references."""
     import torch
 
-    from kcoder.evaluate.compare import flatten_outputs
+    from kcoder.evaluate.harness.verify import flatten_outputs
 
     parts = []
     for _, leaf in flatten_outputs(out):

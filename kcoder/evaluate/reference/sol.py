@@ -18,7 +18,7 @@ def count_work(torch: Any, model: Any, inputs: list[Any]) -> dict[str, Any]:
     counter cannot run it)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kcoder.evaluate.compare import flatten_outputs
+    from kcoder.evaluate.harness.verify import flatten_outputs
 
     flops: float | None
     try:
@@ -87,7 +87,7 @@ def copy_rate_at(torch: Any, device: str, nbytes: int, calls: int = OWN_SIZE_CAL
     together, timed as the timing loop times a call (timing.Clock: on a GPU the same L2 flush,
     head start and events) with its source written just before, as a fresh input is; the best
     of `calls`. None for sizes where the device's own ceiling stands (empty or over 1 GiB)."""
-    from kcoder.evaluate.timing import Clock
+    from kcoder.evaluate.harness.timing import Clock
 
     if not 0 < nbytes <= OWN_SIZE_MAX_BYTES:
         return None

@@ -31,7 +31,8 @@ def _code_bytes(code: Any) -> bytes:
 
 
 def harness_functions(torch: Any, server_cls: Any) -> list[Any]:
-    from kcoder.evaluate import batchrun, timedrange, timing, verify
+    from kcoder.evaluate.candidate import timedrange
+    from kcoder.evaluate.harness import batchrun, timing, verify
 
     fns = [time.perf_counter, time.perf_counter_ns, time.time, time.monotonic, torch.cuda.synchronize,
            torch.cuda.Event.record, torch.cuda.Event.elapsed_time, torch.cuda.Event.synchronize,

@@ -1,5 +1,5 @@
 """Static checks on the C++/CUDA text of a candidate: every string constant of the file, read
-as the compiler reads it (static_text.py: comments and literals blanked, line splices joined,
+as the compiler reads it (text.py: comments and literals blanked, line splices joined,
 digraphs and universal character names read), and once more with the macros it defines
 expanded and `##` pasted, so a name spelled through the preprocessor is still that name.
 
@@ -8,8 +8,8 @@ Names that are also English words or common C++ identifiers (`write`, `open`, `c
 read as C/C++; names with no honest use in a kernel (`fork`, `setsid`, `execve`, ...) count as
 calls in any string and anywhere in C/C++ text, so a function pointer to one is caught too.
 Timer and CUDA runtime symbols count only when the candidate *defines* them (a call is
-honest). Python reached from C++ is static_interp.py's; load-time code, allocators, page
-protection, signals and symbol tables are static_lowlevel.py's. These checks are a first line:
+honest). Python reached from C++ is interp.py's; load-time code, allocators, page
+protection, signals and symbol tables are lowlevel.py's. These checks are a first line:
 the sandbox and the dynamic checks back them up.
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from kcoder.evaluate.static_interp import interpreter_findings
-from kcoder.evaluate.static_lowlevel import lowlevel_findings
-from kcoder.evaluate.static_text import code_only, line_at, literals_blanked, literals_read, preprocessed, with_literals
+from kcoder.evaluate.static.interp import interpreter_findings
+from kcoder.evaluate.static.lowlevel import lowlevel_findings
+from kcoder.evaluate.static.text import code_only, line_at, literals_blanked, literals_read, preprocessed, with_literals
 
 # A call (not a method: `x.clone()`, `cg::wait()`), or the function's address taken (`&kill`, `= system;`).
 _CALL = r"(?<![\w.>:])(?:::\s*)?\b(?:{names})\s*\("
