@@ -99,7 +99,8 @@ class Figure:
     n: int = 0
     host_bound: bool = False
     at_resolution: int = 0  # samples whose own work was within the calibration's spread
-    harness_us: float = 0.0  # the batch's own cost per call (the calibration's), taken off every sample
+    harness_us: float = 0.0  # the batch's own cost per call (the calibration's line)
+    taken_off_us: float = 0.0  # per call, what was taken off every sample (the line's or the process's own)
 
 
 class GatePage:
@@ -216,6 +217,7 @@ class BatchClock:
         # off than it paid; one that slows its own calibration down only makes the line count).
         own_cost = min(self.batch(n, calibration=True).seconds for _ in range(CALIBRATION_REPEATS))
         taken_off = min(calibration.seconds(n), own_cost)
+        figure.taken_off_us = taken_off / n * 1e6
         # Work under the clock's resolution (the calibration's spread) reads as that resolution:
         # the figure says "no more than this", never zero.
         resolution = max(calibration.spread_s, MIN_RESOLUTION_S)

@@ -129,7 +129,8 @@ def judge_figure(judge: Any, figure: Figure, reported_us: float) -> None:
     median = statistics.median(figure.samples)
     judge.verdict.reported_us = reported_us
     judge.verdict.notes.append(
-        f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls "
+        f"judge's clock: {median:.1f} us per call over {len(figure.samples)} batches of {figure.n} calls, "
+        f"{figure.taken_off_us:.1f} us per call of the batch's own cost taken off "
         f"(the candidate's process reported {reported_us:.1f} us per call)"
         + (f"; {figure.at_resolution} of them at the clock's resolution" if figure.at_resolution else "")
         + ("; its host was in the loop (it waits for the GPU within a call)" if figure.host_bound else ""))
