@@ -14,9 +14,10 @@ What a batch costs besides the implementation (the inputs' factors, the L2 flush
 commitments, the messages) is measured in the reference process alone, while no candidate
 process is alive (a calibration: batches of a module that computes nothing and returns tensors
 shaped as the output, at two sizes, a line under their fastest runs). Each sample is a batch less
-the smaller of that line's cost at its size and the same process's own calibration batches at
-that size: a candidate that slows its own calibration down only makes the line count, and a
-reference harness slower than the candidate's never takes off more than the candidate paid.
+the smaller of that line's cost at its size and the fastest of the same process's own calibration
+batches at that size, run alternately with its samples: a candidate that slows its own
+calibration down only makes the line count, and a reference harness slower than the candidate's,
+or a host that was slower a moment before, never takes off more than the candidate paid.
 """
 
 from __future__ import annotations
@@ -214,21 +215,27 @@ class BatchClock:
         figure = Figure(n=n, harness_us=calibration.per_call_s * 1e6)
         # What is taken off: the calibrated line, or this process's own batch cost at n when that is
         # smaller (a process whose harness runs faster than the reference's must not have more taken
-        # off than it paid; one that slows its own calibration down only makes the line count).
-        own_cost = min(self.batch(n, calibration=True).seconds for _ in range(CALIBRATION_REPEATS))
-        taken_off = min(calibration.seconds(n), own_cost)
+        # off than it paid; one that slows its own calibration down only makes the line count). Its
+        # own calibration batches alternate with the samples and the fastest counts: a host that got
+        # faster (or slower) while they ran cannot leave more taken off than any sample's batch paid
+        # (a cpu verdict once took 22 ms per call off a 27.6 ms batch measured a moment later at 22.5).
+        own, runs = [], []
+        for _ in range(samples):
+            own.append(self.batch(n, calibration=True).seconds)
+            run = self.batch(n, calibration=False)
+            if on_batch is not None:  # before the next batch: the process keeps one batch's outputs
+                on_batch(run)
+            runs.append(run)
+        taken_off = min(calibration.seconds(n), min(own))
         figure.taken_off_us = taken_off / n * 1e6
         # Work under the clock's resolution (the calibration's spread) reads as that resolution:
         # the figure says "no more than this", never zero.
         resolution = max(calibration.spread_s, MIN_RESOLUTION_S)
-        for _ in range(samples):
-            run = self.batch(n, calibration=False)
-            if on_batch is not None:  # before the next batch: the process keeps one batch's outputs
-                on_batch(run)
+        for run in runs:
             figure.host_bound |= run.host_bound
-            own = run.seconds - taken_off
-            figure.samples.append(max(own, resolution) / n * 1e6)
-            figure.at_resolution += own <= resolution
+            work = run.seconds - taken_off
+            figure.samples.append(max(work, resolution) / n * 1e6)
+            figure.at_resolution += work <= resolution
         return figure
 
 

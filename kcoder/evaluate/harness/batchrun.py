@@ -28,6 +28,7 @@ from typing import Any
 # correction as large as a quarter of the answer: computed in a cheaper precision it would miss
 # the float32 tolerance by far (with 2**-7, a bf16 correction on an fp32 GEMM would have passed).
 EPS = 0.25
+PERIOD = 8191  # a prime: the factors of a contiguous input repeat with this period of its flat layout
 M32 = 0xFFFFFFFF
 HASH_MUL = 0x45D9F3B  # < 2**31: the products of 32-bit values stay within int64
 GATE_BYTES = 4096  # one page: [0:4] the gate's generation (uint32), [8:16] the key (int64)
@@ -58,36 +59,69 @@ def factor_table(torch: Any, key: Any, n: int, size: int, salt: int, device: str
 
 
 class Factors:
-    """Every call's factors, made in one go from the key (a few kernels, not a few per call)."""
+    """Every call's factors, made in one go from the key (a few kernels, not a few per call).
+
+    A contiguous input is scaled element by element in one pass: element j of its flat layout
+    by the call's factor j mod PERIOD (PERIOD prime, so along rows and columns alike the pattern
+    is no outer product a precomputed product could absorb: x@W or W@x of the base set helps
+    nothing). Any other input (strided, or a last dimension that PERIOD divides, where the
+    pattern would be per column only) is scaled along its first and last dimensions in two."""
 
     def __init__(self, torch: Any, key: Any, n: int, inputs: list[Any], device: str, reuse: bool = False) -> None:
-        sizes = {s for x in inputs if _perturbable(torch, x) for s in (_first(x), _last(x))}
-        self.tables = {(s, salt): factor_table(torch, key, n, s, salt, device) for s in sizes for salt in (1, 2)}
+        wanted = set()
+        for x in inputs:
+            if not _perturbable(torch, x):
+                continue
+            if _flat(x):
+                wanted.add((min(PERIOD, x.numel()), 3))
+            else:
+                wanted |= {(_last(x), 1), (_first(x), 2)}
+        self.tables = {(size, salt): factor_table(torch, key, n, size, salt, device) for size, salt in wanted}
         # reuse: one buffer per input for every call of a batch (the base is never written). A fresh
         # tensor per call costs its page faults on the cpu (an input of 64 MiB: 16 of the 26 ms its
         # scaling took), a harness cost as large as many kernels, taken off again with its noise.
         self.buffers: dict[int, Any] | None = {} if reuse else None
 
     def inputs(self, torch: Any, base: list[Any], i: int) -> list[Any]:
-        """Call `i`'s inputs: floats scaled by factors along their first and last dimensions, into
-        new tensors (or the batch's buffers); other values as they are."""
+        """Call `i`'s inputs: floats scaled by the call's factors, into new tensors (or the batch's
+        buffers); other values as they are."""
         out = []
         for j, x in enumerate(base):
             if not _perturbable(torch, x):
                 out.append(x)
                 continue
-            last = self.tables[(_last(x), 1)][i].to(x.dtype)
-            buffer = None
-            if self.buffers is not None:
-                buffer = self.buffers.get(j)
-                if buffer is None:
-                    buffer = self.buffers[j] = torch.empty_like(x)
-            y = torch.mul(x, last if x.dim() else last[0], out=buffer) if buffer is not None else \
-                x * (last if x.dim() else last[0])
-            if x.dim() >= 2:
-                y.mul_(self.tables[(_first(x), 2)][i].to(x.dtype).view(-1, *[1] * (x.dim() - 1)))
+            y = self._buffer(torch, j, x)
+            if _flat(x):
+                _scale_flat(torch, x, y, self.tables[(min(PERIOD, x.numel()), 3)][i].to(x.dtype))
+            else:
+                last = self.tables[(_last(x), 1)][i].to(x.dtype)
+                torch.mul(x, last if x.dim() else last[0], out=y)
+                if x.dim() >= 2:
+                    y.mul_(self.tables[(_first(x), 2)][i].to(x.dtype).view(-1, *[1] * (x.dim() - 1)))
             out.append(y)
         return out
+
+    def _buffer(self, torch: Any, j: int, x: Any) -> Any:
+        if self.buffers is None:
+            return torch.empty_like(x)
+        if j not in self.buffers:
+            self.buffers[j] = torch.empty_like(x)
+        return self.buffers[j]
+
+def _scale_flat(torch: Any, x: Any, y: Any, table: Any) -> None:
+    """y = x times table[j mod PERIOD] at flat index j: one read of x, one write of y."""
+    flat, into = x.view(-1), y.view(-1)
+    rows = flat.numel() // table.numel()
+    whole = rows * table.numel()
+    if rows:
+        torch.mul(flat[:whole].view(rows, -1), table, out=into[:whole].view(rows, -1))
+    if whole < flat.numel():
+        torch.mul(flat[whole:], table[: flat.numel() - whole], out=into[whole:])
+
+
+def _flat(x: Any) -> bool:
+    """Scaled element by element (Factors): contiguous, and its rows do not repeat the period."""
+    return x.dim() >= 1 and x.is_contiguous() and (x.numel() <= PERIOD or _last(x) % PERIOD != 0)
 
 
 def _perturbable(torch: Any, x: Any) -> bool:
