@@ -15,7 +15,7 @@ commitments, the messages) is measured in the reference process alone, while no 
 process is alive (a calibration: batches of a module that computes nothing and returns tensors
 shaped as the output, at two sizes, a line under their fastest runs). Each sample is a batch less
 the smaller of that line's cost at its size and the fastest of the same process's own calibration
-batches at that size, run alternately with its samples: a candidate that slows its own
+batches at that size, spread among its samples: a candidate that slows its own
 calibration down only makes the line count, and a reference harness slower than the candidate's,
 or a host that was slower a moment before, never takes off more than the candidate paid.
 """
@@ -216,12 +216,13 @@ class BatchClock:
         # What is taken off: the calibrated line, or this process's own batch cost at n when that is
         # smaller (a process whose harness runs faster than the reference's must not have more taken
         # off than it paid; one that slows its own calibration down only makes the line count). Its
-        # own calibration batches alternate with the samples and the fastest counts: a host that got
+        # own calibration batches are spread among the samples and the fastest counts: a host that got
         # faster (or slower) while they ran cannot leave more taken off than any sample's batch paid
         # (a cpu verdict once took 22 ms per call off a 27.6 ms batch measured a moment later at 22.5).
         own, runs = [], []
-        for _ in range(samples):
-            own.append(self.batch(n, calibration=True).seconds)
+        for k in range(samples):
+            if k % 2 == 0:  # before the first, the middle and the last sample (of 5): 3 batches, as before
+                own.append(self.batch(n, calibration=True).seconds)
             run = self.batch(n, calibration=False)
             if on_batch is not None:  # before the next batch: the process keeps one batch's outputs
                 on_batch(run)
