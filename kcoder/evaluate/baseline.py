@@ -103,7 +103,7 @@ def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions
     deadline = time.monotonic() + options.timing_timeout_s
     try:
         return baseline_figures(Endpoint(ref, fail, expect, page), cuda, deadline, SAMPLES, options.timing_budget_s,
-                                options.compile_baseline)
+                                options.compile_baseline, share=children.ref_share)
     finally:
         if page is not None:
             page.close()

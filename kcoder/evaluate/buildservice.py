@@ -7,6 +7,15 @@ The request is the candidate's writing: read without following a link, bounded i
 checked before anything is built. The builder's sandbox may write the shared build products
 (`build/`, `objects/`, `pch/`, `light/`) and nothing of the candidate's can reach it: its own
 PID namespace, its own box, a copy of the request.
+
+The static rules on native code read the text as compiled here, in the judge's process: the
+candidate's file is checked before it runs (string constants alone, and strings it builds from
+constants), but a name joined at run time is whole only in the request's sources. Each request
+is checked first (static/compiled.py: the translation units `load_inline` makes of its sources,
+bindings and `-D` flags), with the evaluation's `allow` and `static_checks`: a finding answers
+as a build failure naming the rule and the snippet (an "error", which the candidate's wrapper
+raises, not a refusal, after which it would build the request itself), and stays in
+`static_findings`, which the candidate's process cannot reach.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Any
 
 from kcoder.build import requests
 from kcoder.evaluate.sandbox import SHARED_PRODUCTS, Box, confined_command, kill_all
+from kcoder.evaluate.static.compiled import BuildFinding, build_findings
 from kcoder.paths import cache_root
 from kcoder.procs import kill_group, read_tail
 from kcoder.trust import UnsafeFile, read_plain, remove_plain, replace_file
@@ -40,8 +50,15 @@ class _Job:
 class BuildService:
     """The build requests of one candidate box (`requests`), answered into `replies`."""
 
-    def __init__(self, work: Path, requests_dir: Path, sandbox: str) -> None:
+    def __init__(self, work: Path, requests_dir: Path, sandbox: str, *, allow: list[str] | None = None,
+                 static_checks: bool | None = None) -> None:
+        """`allow`, `static_checks`: the evaluation's options (EvalOptions); None: read from the
+        candidate's job file, which the judge writes in `work`'s hand-off folder (outside the
+        box, read-only to the candidate) before the candidate starts."""
         self.work, self.requests, self.sandbox = work, requests_dir, sandbox
+        self.allow, self.static_checks = (list(allow) if allow is not None else None), static_checks
+        # Every request refused by the static rules (described), in the judge's own memory.
+        self.static_findings: list[str] = []
         self.replies = work / "replies"
         for folder in (self.requests, self.replies, work / "builders"):
             folder.mkdir(parents=True, exist_ok=True)
@@ -88,12 +105,52 @@ class BuildService:
             request = json.loads(data)
             if not isinstance(request, dict):
                 raise requests.Refused("the request is not a JSON object")
-            requests.check_params(request.get("params") or {})
+            params = request.get("params") or {}
+            if not isinstance(params, dict):
+                raise requests.Refused("the request's params are not a JSON object")
+            findings = self.source_findings(params)
+            if not findings:
+                requests.check_params(params)
         except (UnsafeFile, ValueError) as exc:  # Refused is a ValueError
             self._reply(name, {"refused": str(exc)[:300]})
             self.jobs[name] = None
             return
+        if findings:  # before its flags are judged: a refused request would be built by the candidate
+            described = [f if isinstance(f, str) else f.describe() for f in findings]
+            self.static_findings += described
+            self._reply(name, {"error": described[0], "log": "\n".join(described),
+                               "record": {"mode": "static check", "notes": [], "compiles": 0}})
+            self.jobs[name] = None
+            return
         self.jobs[name] = self._start_builder(name, request)
+
+    def source_findings(self, params: dict[str, Any]) -> list[BuildFinding | str]:
+        """The native rules' findings in the text these load_inline arguments compile. A failure
+        of the check itself fails closed (the request would otherwise be built unchecked)."""
+        checks, allow = self._policy()
+        if not checks:
+            return []
+        try:
+            return list(build_findings(params, allow))
+        except Exception as exc:  # kcoder's own failure, said as such
+            return [f"kcoder's static check of the build's sources failed ({type(exc).__name__}: {exc}); "
+                    "the build was not made"]
+
+    def _policy(self) -> tuple[bool, list[str]]:
+        """(static checks on, libraries allowed): as given, else from the candidate's job file."""
+        if self.static_checks is None or self.allow is None:
+            options: dict[str, Any] = {}
+            try:
+                job = json.loads(read_plain(self.work / "handoff" / "candidate.json", 1 << 20))
+                found = job.get("options") if isinstance(job, dict) else None
+                options = found if isinstance(found, dict) else {}
+            except (OSError, ValueError):
+                pass  # no job yet: checks on, nothing allowed (the stricter reading)
+            if self.static_checks is None and "static_checks" in options:
+                self.static_checks = options["static_checks"] is not False
+            if self.allow is None and isinstance(options.get("allow"), list):
+                self.allow = [a for a in options["allow"] if isinstance(a, str)]
+        return self.static_checks is not False, list(self.allow or [])
 
     def _start_builder(self, name: str, request: dict[str, Any]) -> _Job:
         box = Box.create(self.work / "builders" / name)

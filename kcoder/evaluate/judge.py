@@ -55,6 +55,7 @@ class Judge:
         self.stages = StageClock()  # where the seconds go (verdict.seconds)
         self.spawned = 0.0  # wall clock just before the candidate's latest start
         self.output_bytes = 0  # one reference output's bytes (the bound on a shared output's)
+        self.call_bytes = 0  # one call's inputs and output (what an arena holds per call)
         self.notes = VerdictNotes(verdict)  # notes that say what the checks saw (judgenotes.py)
 
     def seed(self) -> int:
@@ -88,6 +89,8 @@ class Judge:
         # Every checked output makes a trip between the processes: at real sizes, checks during timing are rationed.
         output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
         self.output_bytes = int(output_mb * 2**20) + 1
+        footprint_mb = info.get("footprint_mb") if isinstance(info.get("footprint_mb"), (int, float)) else 0.0
+        self.call_bytes = int(max(footprint_mb - output_mb, output_mb) * 2**20) + 1  # a call's inputs and output
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
         self.children.use_shared_memory(output_mb * 2**20)
         self.finish_start(first=True)
@@ -136,6 +139,7 @@ class Judge:
         except ChannelError:
             pass  # it failed or died while building: its reply (or its exit) is read next
         built = self._expect(self._receive(self.cand, None, "build"), "built", "build")
+        self.refuse_static_findings()
         self.stages.candidate_built(self.spawned, built, first)
         jobs = built.get("background_jobs")
         self.background_jobs = jobs if isinstance(jobs, int) else 0
@@ -146,6 +150,13 @@ class Judge:
             # the import and init of the candidate, as its process measured them (information only)
             seconds = time_value(built.get("seconds"), allow_zero=True)
             v.seconds["build"] = seconds if seconds is not None else round(time.perf_counter() - started, 3)
+
+    def refuse_static_findings(self) -> None:
+        """A build the build service refused for what its sources compile (static/compiled.py) is
+        the verdict's, whatever the candidate's process made of the refusal (it is untrusted)."""
+        builds = self.children.builds
+        if builds is not None and builds.static_findings:
+            self.fail("build", builds.static_findings[0], "\n".join(builds.static_findings))
 
     def verify_sets(self) -> None:
         v, n = self.verdict, self.options.n_input_sets
@@ -302,9 +313,10 @@ class Judge:
         """Eager's and torch.compile's samples by the judge's clock, and the calibration (measured when None)."""
         from kcoder.evaluate.judgetiming import baseline_figures, reference_endpoint
 
-        return baseline_figures(reference_endpoint(self, deadline), self.options.device == "cuda", deadline,
+        cuda = self.options.device == "cuda"
+        return baseline_figures(reference_endpoint(self, deadline), cuda, deadline,
                                 samples, self.share_s() / 2, self.options.compile_baseline, self.stages,
-                                self.output_bytes, calibration)
+                                self.output_bytes if cuda else self.call_bytes, calibration, self.children.ref_share)
 
     def record_peak(self, deadline: float) -> None:
         if self.options.device == "cuda":

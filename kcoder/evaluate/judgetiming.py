@@ -79,38 +79,63 @@ def reference_endpoint(judge: Any, deadline: float) -> Endpoint:
 
 
 def candidate_figure(judge: Any, deadline: float, output_bytes: int, calibration: Calibration) -> Figure:
-    """The candidate's samples by the judge's clock; one drawn call of every timed batch is
-    checked (its output against the reference's for that call's inputs, and against the
-    commitment its process sent before the clock stopped)."""
-    clock = BatchClock(candidate_endpoint(judge, deadline), judge.options.device == "cuda", deadline)
+    """The candidate's samples by the judge's clock. On the GPU one drawn call of every timed batch
+    is checked (its output against the reference's for that call's inputs, and against the
+    commitment its process sent before the clock stopped); on the cpu every batch runs in an
+    arena (arenaclock.py: the reference process writes the inputs and reads the outputs)."""
+    cuda = judge.options.device == "cuda"
+    if cuda:
+        clock = BatchClock(candidate_endpoint(judge, deadline), True, deadline)
+    else:
+        clock = arena_clock(judge, deadline)
     started = time.monotonic()
 
     audits = set(random.Random(secrets.randbits(64)).sample(range(SAMPLES), AUDITS))
     done = [0]
 
     def check(batch: Any) -> None:
-        judge.checked_batch_call(batch, secrets.randbelow(batch.n), deadline)
+        if cuda:  # an arena batch checked its own calls (arenaclock.py)
+            judge.checked_batch_call(batch, secrets.randbelow(batch.n), deadline)
         if done[0] in audits:  # a guarded call between batches, at a call count no process can know
             judge.checked_call("timing", f"audit call after batch {done[0] + 1} of the judge's clock", deadline)
         done[0] += 1
 
-    figure = clock.figure(calibration, output_bytes, SAMPLES, judge.share_s(), on_batch=check)
+    keep = output_bytes if cuda else judge.call_bytes  # an arena holds every call's inputs and outputs
+    figure = clock.figure(calibration, keep, SAMPLES, judge.share_s(), on_batch=check)
     judge.stages.add("judge_clock", time.monotonic() - started)
     return figure
 
 
+def arena_clock(judge: Any, deadline: float) -> BatchClock:
+    """The cpu target's clock over the candidate's batches (arenaclock.py)."""
+    from kcoder.evaluate.arenaclock import ArenaClock, CandidateSide
+
+    from kcoder.evaluate.freeze import thaw
+
+    side = CandidateSide(candidate_endpoint(judge, deadline), judge.children.cand_share,
+                         judge.children.freeze_candidate, thaw,
+                         lambda result, label: judge._judge_check(result, "timing", label))
+    return ArenaClock(reference_endpoint(judge, deadline), judge.children.ref_share, deadline, candidate=side)
+
+
 def baseline_figures(endpoint: Endpoint, cuda: bool, deadline: float, samples: int, budget_s: float,
                      compile_baseline: bool, stages: Any = None, output_bytes: int = 0,
-                     calibration: Calibration | None = None) -> tuple[dict[str, list[float]], Calibration]:
+                     calibration: Calibration | None = None, share: Any = None) -> tuple[dict[str, list[float]], Calibration]:
     """Eager's and torch.compile's samples by the judge's clock, in the reference process behind
     `endpoint` (the judge's, or `kcoder baseline`'s), with no candidate process alive; and the
     calibration every implementation's batches are taken off by (measured first, when not given).
-    `output_bytes` sizes the batches as the candidate's are (each keeps its outputs)."""
+    `output_bytes` sizes the batches as the candidate's are (each keeps its outputs; on the cpu the
+    inputs and outputs of a call, which an arena holds for every call)."""
     impls = ["eager"] + (["compile"] if compile_baseline else [])
     out: dict[str, list[float]] = {}
     for impl in impls:
         started = time.monotonic()
-        clock = BatchClock(endpoint, cuda, deadline, impl)
+        if cuda:
+            clock = BatchClock(endpoint, cuda, deadline, impl)
+        else:  # arena batches (arenaclock.py): `share` the reference process's descriptor socket
+            from kcoder.evaluate.arenaclock import ArenaClock
+
+            clock = ArenaClock(endpoint, share, deadline, impl)
         if calibration is None:
             calibration = clock.calibrate()
         out[impl] = clock.figure(calibration, output_bytes, samples, budget_s).samples

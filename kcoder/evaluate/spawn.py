@@ -93,7 +93,8 @@ class Children:
         # link the candidate plants can redirect a write of kcoder's unconfined processes.
         self.handoff = folder / "handoff"
         self.handoff.mkdir(mode=0o755)
-        self.builds = BuildService(folder, self.box.root / "requests", self.sandbox) if candidate else None
+        self.builds = BuildService(folder, self.box.root / "requests", self.sandbox, allow=list(options.allow),
+                                   static_checks=options.static_checks) if candidate else None
         self.own_builds = private_build_root(candidate) if candidate else None
 
     def next_candidate(self, candidate: Path, options: EvalOptions) -> None:
@@ -224,6 +225,12 @@ class Children:
             return (f"host memory limit: the candidate's processes used {used / 2**30:.1f} GiB "
                     f"(limit {self.host_limit / 2**30:.1f} GiB)")
         return None
+
+    def freeze_candidate(self) -> set[int]:
+        """Every process of the candidate's stopped (freeze.py); `freeze.thaw` continues them."""
+        from kcoder.evaluate.freeze import freeze
+
+        return freeze(self.cand_proc.pid if self.cand_proc is not None else None, self.box.marker)
 
     def candidate_returncode(self) -> int | None:
         if self.cand_proc is None:

@@ -1,8 +1,8 @@
 """The judge's own clock on the cpu target, end to end (issue 40): the verdict's figure is the
 judge's, not the candidate's process's; a process that reports a third of its time is refused;
-harness code replaced in place (same function object, new code) is seen; outputs written after
-the clock stopped break their commitment; calls skipped where the harness is recognised are
-caught by the drawn checks.
+harness code replaced in place (same function object, new code) is seen; an output computed only
+at the next call (after its own was read) is a wrong answer; calls skipped where the harness is
+recognised are caught by the drawn checks. (Issue 45's arena batches: test_arena_batches.py.)
 
 The attacks run with static_checks=False (the static checks refuse their imports of kcoder and
 of sys): they test the layers behind them. Working extensions come from tests/sources.py:TESTLIB_CPP.
@@ -37,7 +37,7 @@ import sys
 def _in_batch():
     f = sys._getframe(1)
     while f is not None:
-        if f.f_code.co_name == "queue":
+        if f.f_code.co_filename.endswith(("arena.py", "batchrun.py")):
             return True
         f = f.f_back
     return False

@@ -29,7 +29,7 @@ from kcoder.evaluate.options import EvalOptions
 CANDIDATE_MODULE = "kcoder_candidate"
 # Requests after which the allocator's cache is kept: emptying it would make the next timed
 # call pay cudaMalloc for its output, which the baselines' calls never do.
-TIMING_OPS = {"warmup", "time", "save_last", "batch", "save_batch", "kernel_time", "peak", "verify", "gate"}
+TIMING_OPS = {"warmup", "time", "save_last", "batch", "arena", "save_batch", "kernel_time", "peak", "verify", "gate"}
 
 
 class Failure(Exception):
@@ -268,6 +268,30 @@ class CandidateServer:
         self._integrity("timing", "a batch")
         self.batch_run = None if calibration else run
         return {"done": True, "commitments": sums}
+
+    def op_arena(self, layout: dict[str, Any]) -> dict[str, Any]:
+        """n calls timed by the judge's own clock on inputs the reference process wrote into an
+        arena whose descriptors came just before this request (harness/arena.py): each output
+        copied into its slot. Nothing is reported but "done": the judge freezes this process and
+        the reference process reads the slots."""
+        from kcoder.evaluate.harness.arena import ArenaError, serve
+
+        self.batch_run, self.last = None, None
+        if layout.get("fresh"):
+            self._drop_arena()
+        # No check of this process's own state before "done": the clock runs until the reply, and
+        # nothing this process says about itself is evidence (the audits between batches check it).
+        try:
+            self.mapped = serve(self.torch, getattr(self, "mapped", None), layout, self.outbox.sock, self.model,
+                                lambda fn: self._call(fn, "timing", direct=True))
+        except ArenaError as exc:
+            raise HarnessFault(f"the arena: {first_line(exc)}") from None
+        return {"done": True}
+
+    def _drop_arena(self) -> None:
+        mapped, self.mapped = getattr(self, "mapped", None), None
+        if mapped is not None:
+            mapped.close()
 
     def op_save_batch(self, index: int, path: str) -> dict[str, Any]:
         run = self.batch_run

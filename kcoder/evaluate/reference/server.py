@@ -45,6 +45,11 @@ class ReferenceServer:
         self.gate: Any = None  # batchrun.DeviceGate, on the GPU
         self.warmed: set[str] = set()  # the implementations that ran their un-timed first calls
         self.last_batch: Any = None  # the last timed batch (its outputs kept until the next request)
+        self.arena: Any = None  # arenaprep.Arena: every arena batch's inputs and outputs (the cpu target)
+        self.own_arena: Any = None  # this process's own mapping of it (harness/arena.py)
+        self.cand_batch: dict[str, Any] | None = None  # the candidate's last arena batch, until the next
+        self.cand_mapped: tuple[int, int] | None = None  # (process, arena) the candidate's process has mapped
+        self.output_tree: Any = None  # the output's shapes and dtypes, laid out in a slot (arena batches)
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
         share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
         self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
@@ -175,7 +180,6 @@ class ReferenceServer:
         saved at `path`. With `commitment`, its bytes must also be the bytes the candidate's
         process committed to before the judge's clock stopped (batchrun.py)."""
         from kcoder.evaluate.harness.batchrun import commitments
-        from kcoder.evaluate.reference.compare import Mismatch, compare_outputs
 
         ref = self.reference(seed, batch)
         try:
@@ -189,6 +193,12 @@ class ReferenceServer:
             return {"ok": False, "reason": f"integrity: {label}: the output handed over is not the one its process "
                                            "committed to before the judge's clock stopped (written late, on "
                                            "another stream, or computed when read)"}
+        return self._compare(out, ref, seed, batch)
+
+    def _compare(self, out: Any, ref: Any, seed: int, batch: dict[str, Any] | None) -> dict[str, Any]:
+        """The candidate's output against the reference's: the float32 tolerance, else the float64 rule."""
+        from kcoder.evaluate.reference.compare import Mismatch, compare_outputs
+
         rule = ""  # the float32 tolerance accepted it; else the note of the rule that did
         try:
             stats = compare_outputs(out, ref, self.options.precision)
@@ -253,6 +263,7 @@ class ReferenceServer:
         if not keep:
             raise RuntimeError("this reference process keeps no hand-off files (not a session's)")
         self.fingerprints.clear()
+        self._drop_arena()
         if self.share is not None:
             from kcoder.evaluate.harness.handoff import drain
 
@@ -300,14 +311,14 @@ class ReferenceServer:
         self.gate = open_gate(self.torch, self.share)
         return {"gate": True}
 
-    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0,
-                 impl: str = "eager") -> dict[str, Any]:
-        """n calls of eager or torch.compile timed by the judge's clock, exactly as the
-        candidate's are (batchrun.py): the same inputs, flush, commitments and gate."""
-        from kcoder.evaluate.harness.batchrun import BatchRun, calibration_module, calibration_template, serve_batch
-        from kcoder.evaluate.harness.timing import flush_l2, l2_flush_buffer
+    def _timed_model(self, impl: str, base: list[Any], calibration: bool) -> Any:
+        """What a batch of `impl` calls: eager's Model, torch.compile's (compiled and warmed on
+        first use, un-timed), or for a calibration a module that computes nothing and returns
+        tensors of its own shaped as the output (made anew, not kept: at multi-GB outputs every
+        kept copy costs memory the problem may not have)."""
+        from kcoder.evaluate.harness.batchrun import calibration_module, calibration_template
 
-        torch, base = self.torch, self.inputs(seed)
+        torch = self.torch
         if impl == "compile" and self.compiled is None:
             self.compiled = torch.compile(self.model)
         model = self.compiled if impl == "compile" else self.model
@@ -315,10 +326,19 @@ class ReferenceServer:
             if impl not in self.warmed:  # un-timed calls: torch.compile compiles here
                 model(*base)
                 self.warmed.add(impl)
-            # what the calibration returns: tensors of its own shaped as an output (made anew, not
-            # kept: at multi-GB outputs every kept copy costs memory the problem may not have)
-            template = calibration_template(torch, model(*base)) if calibration else None
-        model = calibration_module(torch, template) if calibration else model
+            if calibration:
+                return calibration_module(torch, calibration_template(torch, model(*base)))
+        return model
+
+    def op_batch(self, seed: int, n: int, calibration: bool, generation: int = 0,
+                 impl: str = "eager") -> dict[str, Any]:
+        """n calls of eager or torch.compile timed by the judge's clock, exactly as the
+        candidate's are (batchrun.py): the same inputs, flush, commitments and gate."""
+        from kcoder.evaluate.harness.batchrun import BatchRun, serve_batch
+        from kcoder.evaluate.harness.timing import flush_l2, l2_flush_buffer
+
+        torch, base = self.torch, self.inputs(seed)
+        model = self._timed_model(impl, base, calibration)
         if self.device == "cuda" and self.flush_buffer is None:
             self.flush_buffer = l2_flush_buffer(torch)
             self.flush_bytes = self.flush_buffer.nbytes
@@ -328,6 +348,71 @@ class ReferenceServer:
                        flush=(lambda: flush_l2(buffer)) if buffer is not None else None)
         kind = f"{impl}:{'calibration' if calibration else 'run'}"
         return {"done": True, "commitments": serve_batch(self.link, run, self.gate, generation, kind=kind)}
+
+    # --- arena batches (the cpu target: harness/arena.py, arenaprep.py) ---------------------------
+    def op_arena(self, seed: int, n: int, key: int, impl: str = "candidate", calibration: bool = False,
+                 process: int = 0) -> dict[str, Any]:
+        """A batch's inputs written into the arena (arenaprep.py). For the candidate (`process`: the
+        judge's name for its process) the arena's two descriptors go to the judge before this
+        reply when that process has not mapped this arena yet (the layout says "fresh"), and the
+        batch is kept for arena_check; for `impl` (eager, compile, a calibration) this process runs
+        it itself once the judge's "go" comes: mapped and run as the candidate's process does, by
+        the same code."""
+        from kcoder.evaluate.harness.arena import MappedArena
+        from kcoder.evaluate.harness.batchrun import Factors, cpu_key
+        from kcoder.evaluate.harness.handoff import send_fd
+        from kcoder.evaluate.reference.arenaprep import Arena, output_tree
+
+        torch, base = self.torch, self.inputs(seed)
+        self.cand_batch = None
+        model = None if impl == "candidate" else self._timed_model(impl, base, calibration)
+        if self.output_tree is None:  # the output's structure: shapes and dtypes, no tensor kept
+            with torch.no_grad():
+                self.output_tree = output_tree(torch, self.model(*base), [0])
+        if self.arena is None or not self.arena.fits(base, n):
+            self._drop_arena()
+            self.arena = Arena(torch, base, n, self.output_tree)
+        layout = self.arena.load(Factors(torch, cpu_key(torch, key), n, base, self.device), base, n)
+        if model is None:
+            layout["fresh"] = self.cand_mapped != (process, id(self.arena))
+            if layout["fresh"]:
+                for fd in self.arena.fds:
+                    send_fd(self.share, fd)
+                self.cand_mapped = (process, id(self.arena))
+            self.cand_batch = {"seed": seed, "key": key, "n": n}
+            return {"arena": layout}
+        if self.own_arena is None:  # this process maps its own arena once, outside any clock
+            self.own_arena = MappedArena(torch, layout, *(os.dup(fd) for fd in self.arena.fds))
+        self.link.reply(arena=layout)
+        go = self.link.receive()
+        if not isinstance(go, dict) or go.get("op") != "go":
+            raise RuntimeError("the judge's go did not come")
+        self.own_arena.run(model, lambda fn: fn(), layout)
+        return {"done": True}
+
+    def op_arena_check(self, call: int, label: str, scan: bool = False) -> dict[str, Any]:
+        """The candidate's batch after its process was frozen: with `scan`, every call's output
+        slot read for elements never written; call `call`'s output against the reference's for
+        the inputs that call saw."""
+        kept, arena = self.cand_batch, self.arena
+        if kept is None or arena is None:
+            raise RuntimeError("no candidate batch is kept")
+        n = kept["n"]
+        if scan and (unwritten := arena.unwritten()):
+            return {"ok": False, "reason": f"integrity: {len(unwritten)} of the {n} calls of a batch timed by the "
+                                           f"judge's clock (call {unwritten[0] + 1} first) left output elements "
+                                           "unwritten when the clock stopped: work not done within the call"}
+        batch = {"key": kept["key"], "n": n, "call": int(call)}
+        return self._compare(arena.output(int(call)), self.reference(kept["seed"], batch), kept["seed"], batch)
+
+    def _drop_arena(self) -> None:
+        self.cand_batch, self.cand_mapped = None, None
+        if self.own_arena is not None:
+            self.own_arena.close()
+            self.own_arena = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
 
     def _release(self) -> None:
         if self.device == "cuda":

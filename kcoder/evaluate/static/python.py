@@ -14,7 +14,20 @@ import ast
 import re
 
 from kcoder.evaluate.static import rules
+from kcoder.evaluate.static.fold import Folder
 from kcoder.evaluate.static.native import native_findings
+
+_DUNDER = re.compile(r"^__\w+__$")
+# Dunders a kernel file may name in getattr/hasattr: descriptive, or protocols; none reaches code,
+# frames, globals or a class's machinery.
+HARMLESS_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__version__", "__len__",
+                              "__iter__", "__getitem__", "__contains__", "__annotations__", "__array__"})
+# Calls that reach an attribute by a name given as a string: the name is judged as `.name` is.
+_BY_NAME = {"getattr": 1, "hasattr": 1, "setattr": 1, "delattr": 1, "inspect.getattr_static": 1}
+_BY_NAME_METHODS = {"__getattribute__", "__getattr__", "__setattr__", "__delattr__"}
+FOLD_BUDGET = 1 << 18  # check_source adds four times the file's length
+# Foldable expressions whose string is checked whole (a Name is checked where it is bound).
+_FOLDED = (ast.BinOp, ast.JoinedStr, ast.Call, ast.Subscript)
 
 
 def dotted(node: ast.AST) -> str:
@@ -42,6 +55,13 @@ class Checker(ast.NodeVisitor):
         self.path_names: set[str] = set()  # local names bound to pathlib paths
         self.depth = 0  # function/class nesting
         self.docstrings: set[int] = set()
+        self.fold = Folder(ast.Module(body=[], type_ignores=[]))
+        self.folded: set[int] = set()  # nodes inside an expression whose whole string was checked
+        self.named: set[int] = set()  # strings judged as an attribute name (getattr(x, "..."))
+        self.called: set[int] = set()  # `getattr` as the function of a call (not passed around)
+        # Characters of built strings the native rules may still read (`"a" * 10**6` costs the
+        # file 12 bytes): past it, the build service's check of the compiled text stands alone.
+        self.fold_budget = FOLD_BUDGET
 
     def add(self, node: ast.AST, check: str, message: str) -> None:
         self.findings.append((check, getattr(node, "lineno", 0), message))
@@ -52,6 +72,7 @@ class Checker(ast.NodeVisitor):
         return f"{base}.{rest}" if rest else base
 
     def run(self, tree: ast.Module) -> None:
+        self.fold = Folder(tree)
         uses_doc = any(isinstance(n, ast.Name) and n.id == "__doc__" for n in ast.walk(tree))
         for node in ast.walk(tree):  # docstrings are never compiled, unless __doc__ is read
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and not uses_doc:
@@ -59,6 +80,17 @@ class Checker(ast.NodeVisitor):
                 if body and isinstance(body[0], ast.Expr) and _const_str(body[0].value) is not None:
                     self.docstrings.add(id(body[0].value))
         self.visit(tree)
+
+    def visit(self, node: ast.AST) -> None:
+        # A string built from constants (`"cudaStre" + "amCreate"`, f-strings, joins, `%`,
+        # `.format`) is checked whole, as the program builds it, besides each of its constants.
+        if isinstance(node, _FOLDED) and id(node) not in self.folded:
+            value = self.fold.string(node)
+            if value is not None:
+                self.folded.update(id(n) for n in ast.walk(node))
+                self.fold_budget -= len(value)
+                self._check_string(node, value, whole=id(node) not in self.named, native=self.fold_budget >= 0)
+        super().visit(node)
 
     # -- imports ---------------------------------------------------------------------------
     def _check_module(self, node: ast.AST, module: str, imported_name: bool = False) -> None:
@@ -133,16 +165,41 @@ class Checker(ast.NodeVisitor):
         elif node.id in rules.DENY_BUILTINS:
             check, message = rules.DENY_BUILTINS[node.id]
             self.add(node, check, f"{message} (`{node.id}`)")
+        elif node.id in ("getattr", "hasattr") and id(node) not in self.called:
+            self.add(node, "introspection", f"passes `{node.id}` around (the attribute names it reaches "
+                     "cannot be checked)")
+
+    def _attribute(self, node: ast.AST, attr: str, how: str) -> bool:
+        """The rules on an attribute's name, reached as `.attr` or by name (`how` says which);
+        whether one refused it."""
+        refused = False
+        for names, check, message in ((rules.FRAME_ATTRS, "introspection", "walks frames or function internals"),
+                                      (rules.EVASION_ATTRS, "guard-evasion", "inspects or disables torch's modes"),
+                                      (rules.FILE_ATTRS, "file-io", "reads or writes files"),
+                                      (rules.LOADER_ATTRS, "dynamic-code",
+                                       "loads or reads modules through their loader")):
+            if attr in names:
+                self.add(node, check, f"{message} ({how})")
+                refused = True
+        return refused
+
+    def _attribute_by_name(self, node: ast.Call, name_node: ast.AST, call: str) -> str | None:
+        """`getattr(x, "__code__")` and the like: the name (folded from constants) judged as
+        `x.__code__` is, and any other dunder refused but the harmless ones (a name, a length,
+        a docstring: honest code asks `hasattr(x, "__len__")`)."""
+        attr = self.fold.string(name_node)
+        if attr is None:
+            return None
+        self.named.add(id(name_node))
+        for part in attr.split(".") if call == "operator.attrgetter" else [attr]:
+            how = f"`{call}(..., {part!r})`"
+            if not self._attribute(node, part, how) and _DUNDER.match(part) and part not in HARMLESS_DUNDERS:
+                self.add(node, "introspection", f"reaches the attribute `{part}` by name ({how}): "
+                         "object and function internals are not a kernel's business")
+        return attr
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in rules.FRAME_ATTRS:
-            self.add(node, "introspection", f"walks frames or function internals (`.{node.attr}`)")
-        if node.attr in rules.EVASION_ATTRS:
-            self.add(node, "guard-evasion", f"inspects or disables torch's modes (`.{node.attr}`)")
-        if node.attr in rules.FILE_ATTRS:
-            self.add(node, "file-io", f"reads or writes files (`.{node.attr}`)")
-        if node.attr in rules.LOADER_ATTRS:
-            self.add(node, "dynamic-code", f"loads or reads modules through their loader (`.{node.attr}`)")
+        self._attribute(node, node.attr, f"`.{node.attr}`")
         name = dotted(node)
         if name and id(node) not in self.cleared:
             # Judge the whole chain once (`importlib.util.find_spec`, not `importlib.util` too).
@@ -166,8 +223,19 @@ class Checker(ast.NodeVisitor):
         first = _const_str(node.args[0]) if node.args else None
         if name == "setattr" and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == "self":
             self.cleared.add(id(node.func))  # registering its own parameters and buffers
+        if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            self.called.add(id(node.func))
+        attr = None
+        if name in _BY_NAME and len(node.args) > _BY_NAME[name]:
+            attr = self._attribute_by_name(node, node.args[_BY_NAME[name]], name)
+        elif name == "operator.attrgetter":
+            for arg in node.args:
+                self._attribute_by_name(node, arg, name)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in _BY_NAME_METHODS:
+            for arg in node.args[:2]:  # `object.__getattribute__(x, "n")`, `x.__getattribute__("n")`
+                self._attribute_by_name(node, arg, f".{node.func.attr}")
         if name in ("getattr", "hasattr", "delattr") and node.args:
-            self._dynamic_attribute(node, name)
+            self._dynamic_attribute(node, name, attr)
         if name in ("importlib.import_module", "importlib.util.find_spec"):
             self._clear_chain(node.func)
             if first is None:
@@ -185,10 +253,9 @@ class Checker(ast.NodeVisitor):
             return _const_str(value.args[0]) if value.args else None
         return None
 
-    def _dynamic_attribute(self, node: ast.Call, name: str) -> None:
+    def _dynamic_attribute(self, node: ast.Call, name: str, attr: str | None) -> None:
         target = dotted(node.args[0])
         module = self.resolve(target) if target and target.split(".")[0] in self.aliases else ""
-        attr = _const_str(node.args[1]) if len(node.args) > 1 else None
         if module and attr is not None:
             self._check_reference(node, f"{module}.{attr}")
         elif module and (module.split(".")[0] in rules.SENSITIVE_MODULES or module in rules.SENSITIVE_MODULES):
@@ -304,8 +371,21 @@ class Checker(ast.NodeVisitor):
                 self.add(decorator, "state", f"memoises results of {node.name} (only a module-level kernel "
                          "builder may be cached)")
 
+    def _swallows(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """An `__exit__` that may return something true swallows the exception of its `with`
+        body: a try/except by another name (a build's failure, a guard's refusal)."""
+        if node.name not in ("__exit__", "__aexit__"):
+            return
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Return) and sub.value is not None and not (
+                    isinstance(sub.value, ast.Constant) and not sub.value.value):
+                self.add(node, "fallback", f"defines {node.name} that can return true (swallows exceptions, "
+                         "as try/except does)")
+                return
+
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._memoised(node)
+        self._swallows(node)
         self.depth += 1
         self.generic_visit(node)
         self.depth -= 1
@@ -327,8 +407,17 @@ class Checker(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if not isinstance(node.value, str) or id(node) in self.docstrings:
             return
-        for check, offset, message in native_findings(node.value, self.allow):
+        self._check_string(node, node.value, whole=id(node) not in self.named)
+
+    def _check_string(self, node: ast.AST, value: str, whole: bool = True, native: bool = True) -> None:
+        """A string of the program (a constant, or one built from constants): the native rules,
+        the reference's file name, and a function internal's name on its own (`"__code__"`,
+        which reaches the attribute by name wherever the string goes)."""
+        for check, offset, message in native_findings(value, self.allow) if native else ():
             self.findings.append((check, getattr(node, "lineno", 0) + offset, message))
         for stem in self.reference_stems:
-            if re.search(rf"(^|[/\\]){re.escape(stem)}\.py\b", node.value):
+            if re.search(rf"(^|[/\\]){re.escape(stem)}\.py\b", value):
                 self.add(node, "reference-access", f"names the reference file `{stem}.py`")
+        if whole and value in rules.FRAME_ATTRS and _DUNDER.match(value):
+            self.add(node, "introspection", f"names the function internal `{value}` in a string (an attribute "
+                     "reached by name)")

@@ -156,7 +156,7 @@ ENV_WRITE = {"TORCH_CUDA_ARCH_LIST", "MAX_JOBS"}
 
 FRAME_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "f_code", "gi_frame", "cr_frame", "ag_frame",
                "tb_frame", "tb_next", "__globals__", "__closure__", "__code__", "__subclasses__", "__builtins__",
-               "_current_frames", "__traceback__"}
+               "_current_frames", "__traceback__", "__wrapped__"}  # __wrapped__: torch's own load_inline under kcoder's
 EVASION_ATTRS = {"_is_torch_function_mode_enabled", "_get_current_dispatch_mode",
                  "_get_current_function_mode", "_len_torch_function_stack",
                  "DisableTorchFunction", "DisableTorchFunctionSubclass",

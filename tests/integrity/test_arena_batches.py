@@ -1,0 +1,107 @@
+"""The candidate's process only computes (issue 45), cpu target: its batches run in arenas the
+reference process writes and reads (kcoder/evaluate/arenaclock.py), so rewriting kcoder's code in
+that process wins nothing.
+
+Each attack below was accepted, or is the cpu form of one that was, on main a08ce2e, where the
+batch loop, the inputs' factors, the commitments and a calibration ran in the candidate's
+process: a batch answered at once with chosen commitments (122x vs eager there), outputs
+computed after "done" and nudged to their commitment, harness work skipped but its calibrated
+cost still taken off, and the candidate's own calibration slowed down. Each runs with
+static_checks=False (the static checks refuse the imports of kcoder they need): they test the
+layers behind them. The working extension is tests/sources.py:TESTLIB_CPP's.
+"""
+
+import re
+
+import pytest
+from sources import candidate_source
+
+pytestmark = pytest.mark.slow
+
+HONEST_FORWARD = "return _ext.scale_add_relu(x, y, self.scale)"
+TIMED = dict(compile_baseline=False)
+UNWRITTEN = "left output elements unwritten when the clock stopped"
+WRONG = "gave a wrong answer for its own inputs"
+
+# The worker's request handler shadowed by an instance attribute (the class stays as it was):
+# every batch answered "done" at once, no call made (a08ce2e: op_batch answered so, with forged
+# commitments, reached through load_inline's closure).
+ANSWERED_AT_ONCE = '''
+import gc, sys, types
+
+def _done(self, **request):
+    return {"done": True}
+
+_cls = sys.modules["__main__"].CandidateServer  # the worker runs as __main__
+for _o in gc.get_objects():
+    if isinstance(_o, _cls):
+        _o.op_arena = types.MethodType(_done, _o)
+        _o.op_batch = types.MethodType(_done, _o)
+'''
+
+# The calls run, but the copy into the judge's slots (the one piece of harness work left inside
+# the clock) is skipped: its cost would have been taken off all the same (a08ce2e: _scale_flat
+# and leaves replaced).
+COPY_SKIPPED = '''
+import kcoder.evaluate.harness.arena as _arena
+
+_arena.store = lambda *args, **kwargs: None
+'''
+
+# "done" at once, the outputs computed afterwards by a thread of the process's own (a08ce2e: the
+# output computed after the clock stopped, when the judge asked for it).
+COMPUTED_LATER = '''
+import threading
+import kcoder.evaluate.harness.arena as _arena
+
+_run = _arena.MappedArena.run
+
+def _later(self, model, call, layout):
+    threading.Thread(target=_run, args=(self, model, lambda fn: fn(), layout), daemon=True).start()
+
+_arena.MappedArena.run = _later
+'''
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.mark.parametrize("header", [ANSWERED_AT_ONCE, COPY_SKIPPED, COMPUTED_LATER],
+                         ids=["answered-at-once", "copy-skipped", "computed-later"])
+def test_rewriting_the_batch_in_the_candidates_process_is_refused(evaluate_candidate, header):
+    verdict = evaluate_candidate(candidate_source(HONEST_FORWARD, header=header), static_checks=False, **TIMED)
+    assert verdict.status == "rejected" and verdict.reward == -1 and verdict.stage == "timing", verdict.reason
+    assert UNWRITTEN in verdict.reason or WRONG in verdict.reason, verdict.reason
+
+
+# A busy thread of its own whenever it is not being timed: it would slow a calibration measured
+# while its process runs (a08ce2e took off the smaller of a cached line and its own calibration).
+SPINNER = '''
+import threading, time
+
+def _spin():
+    while True:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.05:
+            pass
+        time.sleep(0.001)
+
+threading.Thread(target=_spin, daemon=True).start()
+'''
+
+
+def _taken_off(verdict) -> float:
+    note = next(n for n in verdict.notes if n.startswith("judge's clock:"))
+    return float(re.search(r"([\d.]+) us per call of the batch's own cost taken off", note).group(1))
+
+
+def test_a_busy_candidate_does_not_inflate_what_is_taken_off(evaluate_candidate):
+    """What is taken off is timed in the reference process while every process of the
+    candidate's is frozen: a spinning thread of the candidate's cannot make it larger."""
+    honest = evaluate_candidate(candidate_source(HONEST_FORWARD), **TIMED)
+    spinner = evaluate_candidate(candidate_source(HONEST_FORWARD, header=SPINNER), static_checks=False, **TIMED)
+    assert honest.correct and spinner.correct, (honest.reason, spinner.reason)
+    print("taken off per call (us): honest", _taken_off(honest), "spinner", _taken_off(spinner))
+    assert _taken_off(spinner) <= 1.5 * _taken_off(honest) + 20.0, (spinner.notes, honest.notes)
