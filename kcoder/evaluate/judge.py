@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.basetimer import Baselines
+from kcoder.evaluate.drawnweights import verify_with_drawn_weights
 from kcoder.evaluate.harness.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.judgenotes import VerdictNotes
 from kcoder.evaluate.judgetiming import candidate_figure, hidden_work_check, judge_figure
@@ -165,6 +166,7 @@ class Judge:
         deadline = time.monotonic() + self.options.verify_timeout_s
         for i in range(n):
             self.checked_call("verify", f"input set {i + 1} of {n}", deadline)
+        verify_with_drawn_weights(self, deadline)
         v.n_input_sets = n
         v.notes.extend(self.ask_reference(_left(deadline), "verify", op="notes").get("notes", []))
         v.correct = True

@@ -105,3 +105,36 @@ def test_a_busy_candidate_does_not_inflate_what_is_taken_off(evaluate_candidate)
     assert honest.correct and spinner.correct, (honest.reason, spinner.reason)
     print("taken off per call (us): honest", _taken_off(honest), "spinner", _taken_off(spinner))
     assert _taken_off(spinner) <= 1.5 * _taken_off(honest) + 20.0, (spinner.notes, honest.notes)
+
+
+# --- weights the judge draws (issue 45 item 5) ---------------------------------------------------
+def _groupnorm_candidate(forward_body: str) -> str:
+    """A candidate for tests/problems/groupnorm_mean.py that builds TESTLIB_CPP (shared build)."""
+    from sources import TESTLIB_CPP, TESTLIB_FUNCTIONS
+
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(name="kcoder_testlib", cpp_sources=[{TESTLIB_CPP!r}], functions={TESTLIB_FUNCTIONS!r},
+                   extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, channels, groups):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+        self.register_buffer("answer", torch.zeros(8))  # the mean of the bias, as initialised
+
+    def forward(self, x):
+        {forward_body}
+'''
+
+
+def test_right_only_for_the_initial_weights_is_refused(evaluate_candidate):
+    """Returns the mean of the initial bias (zeros) without reading x: right while GroupNorm's weight
+    is uniform (a08ce2e accepted this kind at 107x vs eager), wrong with the judge's draw."""
+    verdict = evaluate_candidate(_groupnorm_candidate("return _ext.scale_add_relu(self.answer, self.answer, 1.0)"),
+                                 problem="groupnorm_mean.py", stop_after="verify")
+    assert verdict.status == "rejected" and verdict.reward == -1 and verdict.stage == "verify", verdict.reason
+    assert "with parameters and buffers the judge drew" in verdict.reason, verdict.reason

@@ -269,6 +269,18 @@ class CandidateServer:
         self.batch_run = None if calibration else run
         return {"done": True, "commitments": sums}
 
+    def op_load_weights(self, path: str) -> dict[str, Any]:
+        """Parameters and buffers from `path` (the judge's draw, or the reference's own again),
+        copied into ModelNew where name and shape match, as at the start."""
+        weights = self.torch.load(path, weights_only=True, map_location=self.device)
+        try:
+            _copy_weights(weights, self.model)
+        except Exception as exc:
+            raise Failure("verify", f"loading the module's parameters and buffers raised: {first_line(exc)}") from None
+        own = self.model.state_dict()
+        missing = sorted(k for k, v in weights.items() if k not in own or own[k].shape != v.shape)
+        return {"loaded": True, "missing": missing[:20]}
+
     def op_arena(self, layout: dict[str, Any]) -> dict[str, Any]:
         """n calls timed by the judge's own clock on inputs the reference process wrote into an
         arena whose descriptors came just before this request (harness/arena.py): each output

@@ -50,6 +50,7 @@ class ReferenceServer:
         self.cand_batch: dict[str, Any] | None = None  # the candidate's last arena batch, until the next
         self.cand_mapped: tuple[int, int] | None = None  # (process, arena) the candidate's process has mapped
         self.output_tree: Any = None  # the output's shapes and dtypes, laid out in a slot (arena batches)
+        self.initial_state: dict[str, Any] | None = None  # Model's own state, while the judge's draw is loaded
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
         share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
         self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
@@ -264,6 +265,7 @@ class ReferenceServer:
             raise RuntimeError("this reference process keeps no hand-off files (not a session's)")
         self.fingerprints.clear()
         self._drop_arena()
+        self.op_restore_weights()  # an earlier candidate's evaluation may have ended with the judge's draw loaded
         if self.share is not None:
             from kcoder.evaluate.harness.handoff import drain
 
@@ -274,6 +276,27 @@ class ReferenceServer:
         _copy_whole(Path(keep) / "init.pt", init_path)
         _copy_whole(Path(keep) / "weights.pt", weights_path)
         return {"reset": True}
+
+    def op_draw_weights(self, seed: int, path: str) -> dict[str, Any]:
+        """Model's parameters and buffers redrawn (drawweights.py) and loaded here; the draw saved
+        at `path` for the candidate's process. `drawn`: how many tensors changed (0: nothing to draw)."""
+        from kcoder.evaluate.reference.drawweights import draw_state, drawable
+
+        torch = self.torch
+        if self.initial_state is None:
+            self.initial_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        if not drawable(torch, self.initial_state):
+            return {"drawn": 0}
+        state = draw_state(torch, self.initial_state, seed)
+        self.model.load_state_dict(state)
+        _save_new(torch, state, path)
+        return {"drawn": drawable(torch, state)}
+
+    def op_restore_weights(self) -> dict[str, Any]:
+        """Model's own parameters and buffers back (the baselines are timed with them)."""
+        if self.initial_state is not None:
+            self.model.load_state_dict(self.initial_state)
+        return {"restored": True}
 
     def op_peak(self) -> dict[str, Any]:
         """Peak device memory of this process, without the baselines' fixed L2-flush buffer."""
