@@ -1,7 +1,8 @@
 """The one way kcoder runs a child process: its own session (process group), a deadline,
 a known environment, output through a file (a chatty child can never block kcoder), and
-the whole group killed at the end, stray children included (`run`); or, for a job meant to
-outlive its starter, its own session and nothing else (`spawn_detached`).
+the whole group killed at the end, stray children included (`run`); a job the caller polls
+and kills (`spawn_logged`); or, for a job meant to outlive its starter, its own session and
+nothing else (`spawn_detached`).
 
 Three starters stay outside on purpose, each ended by this module's `kill_group` or by
 itself: the evaluator's two processes (evaluate/spawn.py: long-lived peers on pipes to the
@@ -95,6 +96,14 @@ def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] 
         output = read_tail(Path(log.name), tail_bytes) if tail_bytes else Path(log.name).read_bytes().decode(
             errors="replace")
     return RunResult(None if timed_out else proc.returncode, output, timed_out, round(time.monotonic() - started, 2))
+
+
+def spawn_logged(cmd: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> subprocess.Popen:
+    """Start `cmd` in its own session, its output appended to `log`, and return at once: for a
+    job the caller polls and ends with `kill_group` (the build service's builders)."""
+    with open(log, "ab") as fh:  # the child holds its own descriptor from here
+        return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=dict(env),
+                                cwd=cwd, start_new_session=True)
 
 
 def spawn_detached(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:

@@ -33,7 +33,7 @@ from kcoder.build import requests
 from kcoder.evaluate.sandbox import SHARED_PRODUCTS, Box, confined_command, kill_all
 from kcoder.evaluate.static.compiled import BuildFinding, build_findings
 from kcoder.paths import cache_root
-from kcoder.procs import kill_group, read_tail
+from kcoder.procs import kill_group, read_tail, spawn_logged
 from kcoder.trust import UnsafeFile, read_plain, remove_plain, replace_file
 
 POLL_S = 0.1
@@ -161,13 +161,7 @@ class BuildService:
             folder.mkdir(parents=True, exist_ok=True)
         argv, env = confined_command([sys.executable, "-m", "kcoder.build.builder", str(request_copy), str(result)],
                                      box, "cpu", self.sandbox, [request_copy], shared)
-        log = open(box.root.parent / "builder.log", "ab")  # noqa: SIM115 - the child owns it from here
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                    cwd=box.root, start_new_session=True)
-        finally:
-            log.close()
-        return _Job(proc, box, result)
+        return _Job(spawn_logged(argv, env, box.root, box.root.parent / "builder.log"), box, result)
 
     def _answer(self, name: str, job: _Job) -> None:
         if job.result.exists():

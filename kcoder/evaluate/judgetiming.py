@@ -109,7 +109,6 @@ def candidate_figure(judge: Any, deadline: float, output_bytes: int, calibration
 def arena_clock(judge: Any, deadline: float) -> BatchClock:
     """The cpu target's clock over the candidate's batches (arenaclock.py)."""
     from kcoder.evaluate.arenaclock import ArenaClock, CandidateSide
-
     from kcoder.evaluate.freeze import thaw
 
     side = CandidateSide(candidate_endpoint(judge, deadline), judge.children.cand_share,
@@ -120,7 +119,8 @@ def arena_clock(judge: Any, deadline: float) -> BatchClock:
 
 def baseline_figures(endpoint: Endpoint, cuda: bool, deadline: float, samples: int, budget_s: float,
                      compile_baseline: bool, stages: Any = None, output_bytes: int = 0,
-                     calibration: Calibration | None = None, share: Any = None) -> tuple[dict[str, list[float]], Calibration]:
+                     calibration: Calibration | None = None,
+                     share: Any = None) -> tuple[dict[str, list[float]], Calibration]:
     """Eager's and torch.compile's samples by the judge's clock, in the reference process behind
     `endpoint` (the judge's, or `kcoder baseline`'s), with no candidate process alive; and the
     calibration every implementation's batches are taken off by (measured first, when not given).

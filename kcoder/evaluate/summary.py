@@ -28,8 +28,10 @@ def record_errors(v: Verdict, stats: dict[str, Any]) -> None:
         v.tolerance = tolerance
 
 
-def record_timings(v: Verdict, timings: Timings) -> None:
-    """Fill the verdict's timing fields, reward and one-line summary from the samples."""
+def record_timings(v: Verdict, timings: Timings, too_fast: bool = False) -> None:
+    """Fill the verdict's timing fields, reward and one-line summary from the samples. `too_fast`:
+    most of the candidate's samples were at the judge's clock's resolution (work it could not
+    tell from nothing): its figure is an upper bound, and no speed-up is claimed from it."""
     v.timing_rounds = len(timings.samples["candidate"])
     v.eager_us, v.eager_iqr_us = timings.median("eager"), timings.iqr("eager")
     v.candidate_us, v.candidate_iqr_us = timings.median("candidate"), timings.iqr("candidate")
@@ -41,6 +43,10 @@ def record_timings(v: Verdict, timings: Timings) -> None:
         v.speedup_vs_compile_ci = timings.speedup_ci("compile", "candidate")
     else:
         v.notes.append("torch.compile baseline skipped (--no-compile): speed-up vs compile unknown")
+    if too_fast:
+        v.speedup_vs_eager = v.speedup_vs_compile = v.speedup_vs_eager_ci = v.speedup_vs_compile_ci = None
+        v.notes.append("too fast to measure: most of the candidate's batches were at the judge's clock's resolution, "
+                       "so its figure is only an upper bound and no speed-up is claimed")
     v.eager_sol_fraction = sol_fraction(v.sol_us, v.eager_us)
     v.compile_sol_fraction = sol_fraction(v.sol_us, v.compile_us)
     v.candidate_sol_fraction = sol_fraction(v.sol_us, v.candidate_us)
@@ -54,6 +60,8 @@ def record_timings(v: Verdict, timings: Timings) -> None:
         parts.append(f"{v.speedup_vs_eager:.2f}x vs eager")
     if v.speedup_vs_compile is not None:
         parts.append(f"{v.speedup_vs_compile:.2f}x vs torch.compile")
+    if too_fast:
+        parts.append("too fast for the judge's clock (no speed-up claimed)")
     if v.candidate_sol_fraction is not None:
         parts.append(f"{100 * v.candidate_sol_fraction:.0f}% of the speed of light")
     v.reason = ", ".join(parts)

@@ -100,7 +100,7 @@ def store(torch: Any, out: Any, tree: Any, flat: Any, base: int, where: str = "o
     if kind in ("l", "u"):
         if not isinstance(out, (list, tuple)) or len(out) != len(tree[1]):
             raise OutputMismatch(f"{where} is a {type(out).__name__}, the reference's a sequence of {len(tree[1])}")
-        for k, (item, child) in enumerate(zip(out, tree[1])):
+        for k, (item, child) in enumerate(zip(out, tree[1], strict=True)):
             store(torch, item, child, flat, base, f"{where}[{k}]")
         return
     _, dtype, shape, offset = tree

@@ -123,7 +123,7 @@ class Arena:
         torch, fd = self.torch, self.fds[0]
         for i in range(n):
             call = factors.inputs(torch, base, i)
-            for item, x in zip(self.items, call):
+            for item, x in zip(self.items, call, strict=True):
                 if "t" in item and (i == 0 or item["t"][3]):
                     _write(torch, fd, x, item["t"][2] + i * item["t"][3])
             del call

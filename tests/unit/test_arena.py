@@ -1,0 +1,137 @@
+"""Arena batches (issue 45): the reference process's arena, an implementation's mapping of it, the
+freeze around reading it, the judge's draw of weights, and a figure too fast to measure."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from kcoder.evaluate.freeze import freeze, thaw
+from kcoder.evaluate.harness.arena import MappedArena, OutputMismatch, call_inputs, store
+from kcoder.evaluate.harness.batchrun import Factors, cpu_key, perturbed
+from kcoder.evaluate.reference.arenaprep import Arena, output_tree
+from kcoder.evaluate.reference.drawweights import draw_state
+
+
+class Pair(torch.nn.Module):
+    def forward(self, x, idx, k):
+        return (x * 2 + idx.sum() + k, [x[:, :1].exp()])
+
+
+def _base():
+    torch.manual_seed(0)
+    return [torch.randn(5, 7), torch.arange(3), 4]
+
+
+def _arena(n=3, key=1234):
+    base = _base()
+    tree = output_tree(torch, Pair()(*base), [0])
+    arena = Arena(torch, base, n, tree)
+    layout = arena.load(Factors(torch, cpu_key(torch, key), n, base, "cpu"), base, n)
+    return arena, layout, base
+
+
+def test_every_call_reads_its_own_inputs_and_fills_its_slot():
+    arena, layout, base = _arena()
+    mapped = MappedArena(torch, layout, os.dup(arena.fds[0]), os.dup(arena.fds[1]))
+    try:
+        assert arena.unwritten() == [0, 1, 2]  # poisoned until the calls run
+        mapped.run(Pair(), lambda fn: fn(), layout)
+        assert arena.unwritten() == []
+        for i in range(3):
+            seen = call_inputs(torch, mapped.inputs, layout, i)
+            replay = perturbed(torch, base, 1234, 3, i, "cpu")  # what the reference checks against
+            assert torch.equal(seen[0], replay[0]) and not torch.equal(seen[0], base[0])
+            assert torch.equal(seen[1], base[1]) and seen[2] == 4
+            out, expected = arena.output(i), Pair()(*replay)
+            assert torch.equal(out[0], expected[0]) and torch.equal(out[1][0], expected[1][0])
+    finally:
+        mapped.close()
+        arena.close()
+
+
+def test_a_partly_written_slot_is_unwritten():
+    arena, layout, _ = _arena()
+    mapped = MappedArena(torch, layout, os.dup(arena.fds[0]), os.dup(arena.fds[1]))
+    try:
+        mapped.run(Pair(), lambda fn: fn(), layout)
+        slot = mapped.outputs[layout["slot"]:2 * layout["slot"]]
+        slot[:4].copy_(torch.tensor([0xA5, 0xA5, 0xA5, 0x7F], dtype=torch.uint8))  # one float poisoned again
+        assert arena.unwritten() == [1]
+    finally:
+        mapped.close()
+        arena.close()
+
+
+def test_an_output_of_another_shape_is_the_implementations_failure():
+    arena, layout, _ = _arena(n=1)
+    mapped = MappedArena(torch, layout, os.dup(arena.fds[0]), os.dup(arena.fds[1]))
+    try:
+        with pytest.raises(OutputMismatch, match=r"output\[0\] has shape \[5, 6\]"):
+            store(torch, (torch.zeros(5, 6), [torch.zeros(5, 1)]), layout["outputs"], mapped.outputs, 0)
+    finally:
+        mapped.close()
+        arena.close()
+
+
+def test_the_arena_cannot_shrink_under_a_reader():
+    arena, _, _ = _arena(n=1)
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(arena.fds[1], 0)
+    finally:
+        arena.close()
+
+
+def test_a_frozen_process_writes_nothing_until_thawed(tmp_path):
+    counter = tmp_path / "counter"
+    code = ("import sys, time\nn = 0\nwhile True:\n    n += 1\n"
+            "    open(sys.argv[1], 'w').write(str(n))\n    time.sleep(0.002)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(counter)])
+    try:
+        while not counter.exists() or not counter.read_text():
+            time.sleep(0.01)
+        stopped = freeze(proc.pid)
+        assert proc.pid in stopped
+        before = counter.read_text()
+        time.sleep(0.2)
+        assert counter.read_text() == before
+        thaw(stopped)
+        time.sleep(0.2)
+        assert counter.read_text() != before
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_judges_draw_changes_every_floating_tensor_and_keeps_their_kind():
+    norm = torch.nn.GroupNorm(2, 4)
+    batch = torch.nn.BatchNorm1d(4)
+    state = {**{f"norm.{k}": v for k, v in norm.state_dict().items()},
+             **{f"bn.{k}": v for k, v in batch.state_dict().items()}}
+    drawn = draw_state(torch, state, seed=7)
+    assert drawn.keys() == state.keys()
+    for name, value in state.items():
+        assert drawn[name].shape == value.shape and drawn[name].dtype == value.dtype, name
+    assert drawn["norm.weight"].std() > 0.05 and drawn["norm.bias"].abs().max() > 0  # no longer uniform
+    assert (drawn["bn.running_var"] >= 0).all() and (drawn["norm.weight"] >= 0).all()
+    assert torch.equal(drawn["bn.num_batches_tracked"], state["bn.num_batches_tracked"])
+    assert torch.equal(draw_state(torch, state, seed=7)["norm.weight"], drawn["norm.weight"])
+
+
+def test_a_figure_at_the_clocks_resolution_claims_no_speedup():
+    from kcoder.evaluate.summary import record_timings
+    from kcoder.evaluate.timings import Timings
+    from kcoder.verdict import Verdict
+
+    v = Verdict(problem="p", candidate="c", device="cpu")
+    v.correct = True
+    samples = {"eager": [100.0] * 5, "compile": [80.0] * 5, "candidate": [1.0] * 5}
+    record_timings(v, Timings(samples), too_fast=True)
+    assert v.reward == 1 and v.speedup_vs_compile is None and v.speedup_vs_eager is None
+    assert "too fast for the judge's clock" in v.reason
+    record_timings(v, Timings(samples))
+    assert v.reward == 3 and v.speedup_vs_compile == pytest.approx(80.0)
