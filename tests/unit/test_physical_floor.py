@@ -4,12 +4,14 @@ device; faster than the FLOP-based speed of light alone is not."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
 
 from kcoder.device_limits import DeviceLimits
-from kcoder.evaluate.reference.floor import FLOOR_MARGIN, floor_figures, physical_floor, under_floor
+from kcoder.evaluate.reference.floor import FLOOR_MARGIN, FLOOR_MARGIN_CPU, floor_figures, physical_floor, under_floor
 from kcoder.evaluate.summary import record_timings
 from kcoder.evaluate.timings import Timings
 from kcoder.verdict import Verdict
@@ -53,6 +55,69 @@ def test_the_rate_is_the_fastest_measured_up_to_the_footprint():
                        size_rates={str(8 * MIB): 2.1e12, str(64 * MIB): 3.4e12})
     assert gpu.fastest_copy_up_to(16 * MIB) == 3.0e12  # the 1 GiB ceiling is measured: it counts
     assert gpu.fastest_copy_up_to(64 * MIB) == 3.4e12  # outputs left in the L2 at 64 MiB
+
+
+# Measured here (AMD EPYC, 2 threads, 1 MiB L2 per core, 32 MiB L3; kcoder.device_limits.measure_cpu
+# on a quiet host): read+write bytes/s of a torch copy by working set.
+EPYC_2T = {1 << 18: 82e9, 1 << 19: 87e9, 1 << 20: 124e9, 1 << 21: 128e9, 1 << 22: 152e9, 1 << 23: 158e9,
+           1 << 24: 147e9, 1 << 25: 66e9, 1 << 26: 45e9, 1 << 27: 38e9, 1 << 28: 35e9, 1 << 29: 34e9, 1 << 30: 33e9}
+
+
+def _epyc(**changes: float) -> DeviceLimits:
+    curve = {str(size): rate for size, rate in EPYC_2T.items()}
+    curve.update(changes)
+    return DeviceLimits(device="AMD EPYC (2 threads)", copy_bytes_per_s=curve[str(1 << 30)], fp32_flops_per_s=1e11,
+                        copy_curve=curve)
+
+
+def test_the_cpu_rate_is_the_copy_at_the_problems_own_size():
+    cpu = _epyc()
+    assert cpu.copy_rate_at_size(64 * MIB + 4) == 45e9  # DRAM's side of the L3: not the 158 GB/s of 8 MiB
+    assert cpu.copy_rate_at_size(48 * MIB) == 66e9  # between 32 and 64 MiB: the faster, the size below
+    assert cpu.copy_rate_at_size(1 << 31) == 33e9  # past every size: the 1 GiB ceiling
+    assert cpu.copy_rate_at_size(12 * MIB) == 158e9  # in the L3, still a cache's rate
+    assert cpu.copy_rate_at_size(MIB // 2) == 158e9  # under the peak: the peak (torch's per-call cost)
+    assert cpu.copy_rate_at_size(1000) == 158e9  # under every size measured: the fastest of all
+    assert _epyc(**{str(1 << 28): 12e9}).copy_rate_at_size(300 * MIB) == 34e9  # a slow measurement outvoted
+    cpu.size_rates = {str(40 * MIB): 70e9, str(20 * MIB): 150e9}  # problems' own sizes
+    assert cpu.copy_rate_at_size(48 * MIB) == 70e9  # one between the curve's size below and it: counts
+    assert cpu.copy_rate_at_size(128 * MIB) == 38e9  # those below the curve's size below: not
+    assert cpu.fastest_copy_up_to(64 * MIB) == 158e9  # the rule before (the GPU's): a cache's rate
+
+
+def test_a_large_cpu_problems_floor_is_at_its_own_sizes_rate():
+    """32 MiB read and 32 MiB written: the floor moves them at the 64 MiB copy's rate, ~0.5 of the
+    speed of light, where the fastest rate up to 64 MiB (8 MiB in the L3) had put it at ~0.14."""
+    make = _draw((2048, 4096), (1,), (1,))  # Uses: x * 2 + z.sum(); y ignored
+    figures = floor_figures(torch, Uses(), make, 3, _epyc(), 64 * MIB + 8, measure=False)
+    assert figures["input_bytes"] == 32 * MIB + 4 and figures["output_bytes"] == 32 * MIB
+    assert figures["floor_us"] == pytest.approx(FLOOR_MARGIN_CPU * (64 * MIB + 4) / 45e9 * 1e6)  # 447 us, not 212
+    assert "at 45.0 GB/s measured" in figures["floor_basis"]
+    faster_own = floor_figures(torch, Uses(), make, 3, _epyc(), 64 * MIB + 8, own_rate=52e9, measure=False)
+    assert "at 52.0 GB/s measured" in faster_own["floor_basis"]  # the footprint's own rate, when faster
+    gpu = DeviceLimits(device="GPU", copy_bytes_per_s=3.0e12, fp32_flops_per_s=5e13,
+                       size_rates={str(8 * MIB): 3.4e12, str(256 * MIB): 3.6e12})
+    on_gpu = floor_figures(torch, Uses(), make, 3, gpu, 64 * MIB + 8)  # the GPU's rule is unchanged
+    assert "at 3,400.0 GB/s measured" in on_gpu["floor_basis"]
+
+
+def test_the_rate_at_a_problems_size_is_measured_again_and_the_fastest_kept(tmp_path, monkeypatch):
+    """A busy host's first measurement (too slow: the floor too high) does not stay: each
+    evaluation measures the size again, and a faster rate replaces it, in the cache too."""
+    from kcoder import device_limits as ceilings
+    from kcoder.evaluate.reference import sol
+
+    monkeypatch.setenv("KCODER_CACHE", str(tmp_path))
+    size = 64 * MIB + 4
+    measured = iter([20e9, 41e9, 30e9])
+    monkeypatch.setattr(sol, "copy_rate_at", lambda torch, device, nbytes, calls: next(measured))
+    busy = _epyc()  # the whole curve measured while busy: a third of the quiet rates
+    busy.copy_curve, busy.copy_bytes_per_s = {k: v / 3 for k, v in busy.copy_curve.items()}, 11e9
+    make = _draw((2048, 4096), (1,), (1,))
+    rates = [re.search(r"at ([\d,.]+) GB/s", floor_figures(torch, Uses(), make, 3, busy, size)["floor_basis"]).group(1)
+             for _ in range(3)]
+    assert rates == ["20.0", "41.0", "41.0"]  # 15 GB/s from the busy curve; then the fastest seen
+    assert ceilings.load_limits(busy.device).size_rates == {str(size): 41e9}
 
 
 def test_a_cached_cpu_entry_without_the_whole_curve_is_measured_again(tmp_path, monkeypatch):
@@ -236,8 +301,9 @@ def test_honest_h100_times_are_far_above_the_floor(name):
 
 
 def test_the_examples_eager_times_on_this_cpu_are_far_above_the_floor():
-    """Each example's reference, timed here, against its floor at the fastest rate this CPU
-    copies at (sizes up to 64 MiB measured now): the reference is honest, so it must clear it."""
+    """Each example's reference, timed here, against its floor at the rate this CPU copies the
+    problem's size at (sizes up to 64 MiB measured now): the reference is honest, so it must
+    clear it."""
     import statistics
     import time
 
