@@ -26,6 +26,7 @@ from kcoder.evaluate.harness.channel import ChannelError, Peer, time_value, trac
 from kcoder.evaluate.judgenotes import VerdictNotes
 from kcoder.evaluate.judgetiming import candidate_figure, hidden_work_check, judge_figure
 from kcoder.evaluate.options import EvalOptions
+from kcoder.evaluate.ownrounds import candidate_rounds
 from kcoder.evaluate.reference.sol import record_sol
 from kcoder.evaluate.spawn import Children
 from kcoder.evaluate.stagetimes import StageClock
@@ -36,7 +37,6 @@ from kcoder.verdict import Verdict
 
 TIMING_CHECK_BUDGET_MB = 16 * 1024  # outputs checked during timing, in MiB (at least MIN_TIMING_CHECKS)
 MIN_TIMING_CHECKS = 4
-MAX_CHECKS = 6  # timed outputs checked, and guarded audit calls, per evaluation (each kind)
 
 
 class Stop(Exception):
@@ -259,7 +259,7 @@ class Judge:
             self.cand = self.start_candidate()
             self.finish_start(first=False)
         v.stage = "timing"
-        events = self.candidate_rounds(deadline)  # the candidate's process's own figure: a diagnostic
+        events = candidate_rounds(self, deadline)  # the candidate's process's own figure: a diagnostic
         figure = candidate_figure(self, deadline, self.output_bytes, base.calibration)
         judge_figure(self, figure, statistics.median(events))
         hidden_work_check(self, statistics.median(events), deadline)
@@ -273,43 +273,6 @@ class Judge:
     def share_s(self) -> float:
         """Measured seconds per implementation: the timing budget split among the candidate and the baselines."""
         return self.options.timing_budget_s / (3 if self.options.compile_baseline else 2)
-
-    def candidate_rounds(self, deadline: float) -> list[float]:
-        opts = self.options
-        self.ask_candidate(_left(deadline), "timing", op="warmup", seeds=[self.seed() for _ in range(opts.warmup)],
-                           expect="warm")
-        times: list[float] = []
-        checks: set[int] = {0}
-        audits: set[int] = set()
-        for r in range(opts.max_rounds):
-            self.last_seed = self.seed()
-            reply = self.ask_candidate(_left(deadline), "timing", op="time", seed=self.last_seed, expect="us")
-            times.append(time_value(reply.get("us")) or self.tampered("a timed call reported no valid time"))
-            self.notes.carveout(reply.get("l2_carveout"))
-            if r == 0:
-                checks, audits = self.plan_checks(times[0])
-            # The rounds to check were drawn at random: every call must be right.
-            if r in checks:
-                self.checked_call("timing", f"timed call {r + 1}", deadline, save_last=True)
-            # A diagnostic now (the figure is the judge's clock): min_rounds are enough.
-            last = r + 1 >= min(opts.min_rounds, opts.max_rounds)
-            if r in audits or (last and opts.audit_every):  # and after the last round, always
-                self.checked_call("timing", f"audit call after timed round {r + 1}", deadline)
-            if last:
-                break
-        return times
-
-    def plan_checks(self, first_us: float) -> tuple[set[int], set[int]]:
-        """Rounds whose timed output is checked, and rounds followed by a guarded audit call:
-        drawn at random over the diagnostic rounds (min_rounds), a 1/audit_every share of them,
-        at most MAX_CHECKS of each kind (each check costs a reference call and an output's trip)."""
-        opts = self.options
-        expected = min(opts.min_rounds, opts.max_rounds)
-        if not opts.audit_every:
-            return set(range(opts.max_rounds)), set()
-        share = min(MAX_CHECKS, max(1, expected // opts.audit_every))
-        checks = {0, *self.rng.sample(range(expected), share)}
-        return checks, set(self.rng.sample(range(expected), share))
 
     def time_baselines(self, deadline: float, samples: int, calibration: Any) -> tuple[dict[str, list[float]], Any]:
         """Eager's and torch.compile's samples by the judge's clock, and the calibration (measured when None)."""

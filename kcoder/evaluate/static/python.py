@@ -13,36 +13,10 @@ from __future__ import annotations
 import ast
 import re
 
-from kcoder.evaluate.static import rules
+from kcoder.evaluate.static import names, rules
 from kcoder.evaluate.static.fold import Folder
+from kcoder.evaluate.static.names import FOLD_BUDGET, HARMLESS_DUNDERS, const_str, dotted
 from kcoder.evaluate.static.native import native_findings
-
-_DUNDER = re.compile(r"^__\w+__$")
-# Dunders a kernel file may name in getattr/hasattr: descriptive, or protocols; none reaches code,
-# frames, globals or a class's machinery.
-HARMLESS_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__version__", "__len__",
-                              "__iter__", "__getitem__", "__contains__", "__annotations__", "__array__"})
-# Calls that reach an attribute by a name given as a string: the name is judged as `.name` is.
-_BY_NAME = {"getattr": 1, "hasattr": 1, "setattr": 1, "delattr": 1, "inspect.getattr_static": 1}
-_BY_NAME_METHODS = {"__getattribute__", "__getattr__", "__setattr__", "__delattr__"}
-FOLD_BUDGET = 1 << 18  # check_source adds four times the file's length
-# Foldable expressions whose string is checked whole (a Name is checked where it is bound).
-_FOLDED = (ast.BinOp, ast.JoinedStr, ast.Call, ast.Subscript)
-
-
-def dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
-def _const_str(node: ast.AST | None) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 class Checker(ast.NodeVisitor):
@@ -77,14 +51,14 @@ class Checker(ast.NodeVisitor):
         for node in ast.walk(tree):  # docstrings are never compiled, unless __doc__ is read
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and not uses_doc:
                 body = node.body
-                if body and isinstance(body[0], ast.Expr) and _const_str(body[0].value) is not None:
+                if body and isinstance(body[0], ast.Expr) and const_str(body[0].value) is not None:
                     self.docstrings.add(id(body[0].value))
         self.visit(tree)
 
     def visit(self, node: ast.AST) -> None:
         # A string built from constants (`"cudaStre" + "amCreate"`, f-strings, joins, `%`,
         # `.format`) is checked whole, as the program builds it, besides each of its constants.
-        if isinstance(node, _FOLDED) and id(node) not in self.folded:
+        if isinstance(node, names.folded) and id(node) not in self.folded:
             value = self.fold.string(node)
             if value is not None:
                 self.folded.update(id(n) for n in ast.walk(node))
@@ -173,12 +147,12 @@ class Checker(ast.NodeVisitor):
         """The rules on an attribute's name, reached as `.attr` or by name (`how` says which);
         whether one refused it."""
         refused = False
-        for names, check, message in ((rules.FRAME_ATTRS, "introspection", "walks frames or function internals"),
+        for attrs, check, message in ((rules.FRAME_ATTRS, "introspection", "walks frames or function internals"),
                                       (rules.EVASION_ATTRS, "guard-evasion", "inspects or disables torch's modes"),
                                       (rules.FILE_ATTRS, "file-io", "reads or writes files"),
                                       (rules.LOADER_ATTRS, "dynamic-code",
                                        "loads or reads modules through their loader")):
-            if attr in names:
+            if attr in attrs:
                 self.add(node, check, f"{message} ({how})")
                 refused = True
         return refused
@@ -193,7 +167,7 @@ class Checker(ast.NodeVisitor):
         self.named.add(id(name_node))
         for part in attr.split(".") if call == "operator.attrgetter" else [attr]:
             how = f"`{call}(..., {part!r})`"
-            if not self._attribute(node, part, how) and _DUNDER.match(part) and part not in HARMLESS_DUNDERS:
+            if not self._attribute(node, part, how) and names.dunder.match(part) and part not in HARMLESS_DUNDERS:
                 self.add(node, "introspection", f"reaches the attribute `{part}` by name ({how}): "
                          "object and function internals are not a kernel's business")
         return attr
@@ -220,18 +194,18 @@ class Checker(ast.NodeVisitor):
     # -- calls -----------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         name = self.resolve(dotted(node.func)) if dotted(node.func) else ""
-        first = _const_str(node.args[0]) if node.args else None
+        first = const_str(node.args[0]) if node.args else None
         if name == "setattr" and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == "self":
             self.cleared.add(id(node.func))  # registering its own parameters and buffers
         if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
             self.called.add(id(node.func))
         attr = None
-        if name in _BY_NAME and len(node.args) > _BY_NAME[name]:
-            attr = self._attribute_by_name(node, node.args[_BY_NAME[name]], name)
+        if name in names.by_name and len(node.args) > names.by_name[name]:
+            attr = self._attribute_by_name(node, node.args[names.by_name[name]], name)
         elif name == "operator.attrgetter":
             for arg in node.args:
                 self._attribute_by_name(node, arg, name)
-        elif isinstance(node.func, ast.Attribute) and node.func.attr in _BY_NAME_METHODS:
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in names.by_name_methods:
             for arg in node.args[:2]:  # `object.__getattribute__(x, "n")`, `x.__getattribute__("n")`
                 self._attribute_by_name(node, arg, f".{node.func.attr}")
         if name in ("getattr", "hasattr", "delattr") and node.args:
@@ -250,7 +224,7 @@ class Checker(ast.NodeVisitor):
 
     def _imported_module(self, value: ast.AST) -> str | None:
         if isinstance(value, ast.Call) and self.resolve(dotted(value.func)) == "importlib.import_module":
-            return _const_str(value.args[0]) if value.args else None
+            return const_str(value.args[0]) if value.args else None
         return None
 
     def _dynamic_attribute(self, node: ast.Call, name: str, attr: str | None) -> None:
@@ -274,7 +248,7 @@ class Checker(ast.NodeVisitor):
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if self.resolve(dotted(node.value)) == "os.environ" and dotted(node.value):
             self._clear_chain(node.value)
-            key = _const_str(node.slice)
+            key = const_str(node.slice)
             allowed = rules.ENV_WRITE if isinstance(node.ctx, ast.Store) else rules.ENV_READ
             if key not in allowed:
                 self.add(node, "secrets", f"{'changes' if isinstance(node.ctx, ast.Store) else 'reads'} the "
@@ -286,7 +260,7 @@ class Checker(ast.NodeVisitor):
         for op, right in zip(node.ops, node.comparators, strict=True):
             if isinstance(op, (ast.In, ast.NotIn)) and self.resolve(dotted(right)) == "os.environ" and dotted(right):
                 self._clear_chain(right)
-                if _const_str(node.left) not in rules.ENV_READ:
+                if const_str(node.left) not in rules.ENV_READ:
                     self.add(node, "secrets", "tests the environment for a variable outside the build variables")
         self.generic_visit(node)
 
@@ -418,6 +392,6 @@ class Checker(ast.NodeVisitor):
         for stem in self.reference_stems:
             if re.search(rf"(^|[/\\]){re.escape(stem)}\.py\b", value):
                 self.add(node, "reference-access", f"names the reference file `{stem}.py`")
-        if whole and value in rules.FRAME_ATTRS and _DUNDER.match(value):
+        if whole and value in rules.FRAME_ATTRS and names.dunder.match(value):
             self.add(node, "introspection", f"names the function internal `{value}` in a string (an attribute "
                      "reached by name)")
