@@ -200,3 +200,17 @@ def test_the_candidates_process_runs_its_package_and_the_harness_of_the_evaluato
     others = evaluator - {"kcoder.evaluate", "kcoder.evaluate.options"}  # the package's __init__ is lazy
     others = {m for m in others if not m.startswith((CANDIDATE, HARNESS))}
     assert not others, f"judge-side modules the candidate's process imports: {sorted(others)}"
+
+
+def test_what_a_cpu_batch_is_judged_by_runs_outside_the_candidates_process():
+    """Issue 45: on the cpu target the candidate's process only computes. The arena's making and
+    reading, the freeze, the judge's draw of weights are trusted code that the reference process or
+    the judge runs; the candidate's process reaches only the arena's mapping (harness/arena.py)."""
+    graph = import_graph()
+    worker = reachable(graph, f"{CANDIDATE}.worker")
+    trusted = {"kcoder.evaluate.arenaclock", "kcoder.evaluate.freeze", "kcoder.evaluate.drawnweights",
+               "kcoder.evaluate.reference.arenaprep", "kcoder.evaluate.reference.drawweights"}
+    assert f"{HARNESS}.arena" in worker
+    assert not trusted & worker, sorted(trusted & worker)
+    reference = reachable(graph, "kcoder.evaluate.reference.server")
+    assert {"kcoder.evaluate.reference.arenaprep", "kcoder.evaluate.reference.drawweights"} <= reference
