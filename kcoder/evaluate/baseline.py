@@ -65,7 +65,7 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         try:
             ref = children.start_reference()
             info = _ask(ref, options.problem_timeout_s, problem.path, None)
-            samples, calibration = _time_baselines(children, ref, problem.path, options)
+            samples, calibration = _time_baselines(children, ref, problem.path, options, _batch_bytes(info, options))
             # after the baselines, as in the judge: a node's first ceiling measurement (GiB
             # copies, matmuls) must not run right before a baseline is timed
             sol = _ask(ref, options.problem_timeout_s, problem.path, {"op": "sol"})
@@ -84,7 +84,17 @@ def measure_reference(problem_path: str | Path, options: EvalOptions) -> Referen
         min_bytes=sol.get("min_bytes"), seconds=round(time.perf_counter() - started, 1))
 
 
-def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions) -> tuple[dict[str, list[float]], Any]:
+def _batch_bytes(info: dict[str, Any], options: EvalOptions) -> int:
+    """What a batch keeps per call, as the judge sizes its batches (judge.py: output_bytes on the
+    GPU; on the cpu an arena's call, its inputs and output)."""
+    out_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
+    footprint_mb = info.get("footprint_mb") if isinstance(info.get("footprint_mb"), (int, float)) else 0.0
+    mb = out_mb if options.device == "cuda" else max(footprint_mb - out_mb, out_mb)
+    return int(mb * 2**20) + 1
+
+
+def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions,
+                    batch_bytes: int) -> tuple[dict[str, list[float]], Any]:
     """Eager and torch.compile by the judge's clock, as a verdict times them (judgetiming.py)."""
     from kcoder.evaluate.judgeclock import SAMPLES, Endpoint
     from kcoder.evaluate.judgetiming import baseline_figures, gate_page
@@ -103,7 +113,7 @@ def _time_baselines(children: Any, ref: Any, problem: Path, options: EvalOptions
     deadline = time.monotonic() + options.timing_timeout_s
     try:
         return baseline_figures(Endpoint(ref, fail, expect, page), cuda, deadline, SAMPLES, options.timing_budget_s,
-                                options.compile_baseline, share=children.ref_share)
+                                options.compile_baseline, output_bytes=batch_bytes, share=children.ref_share)
     finally:
         if page is not None:
             page.close()

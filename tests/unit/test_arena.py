@@ -42,7 +42,7 @@ def test_every_call_reads_its_own_inputs_and_fills_its_slot():
         mapped.run(Pair(), lambda fn: fn(), layout)
         assert arena.unwritten() == []
         for i in range(3):
-            seen = call_inputs(torch, mapped.inputs, layout, i)
+            seen = call_inputs(torch, mapped.maps[0], layout, i)
             replay = perturbed(torch, base, 1234, 3, i, "cpu")  # what the reference checks against
             assert torch.equal(seen[0], replay[0]) and not torch.equal(seen[0], base[0])
             assert torch.equal(seen[1], base[1]) and seen[2] == 4
