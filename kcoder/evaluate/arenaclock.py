@@ -48,6 +48,7 @@ class ArenaClock(BatchClock):
                  candidate: CandidateSide | None = None) -> None:
         super().__init__(reference, False, deadline, impl)
         self.share, self.cand = share, candidate
+        self.probing = False  # the batch that sizes the others (hint_us) runs
 
     def batch(self, n: int, calibration: bool) -> Batch:
         if self.cand is None:
@@ -128,11 +129,19 @@ class ArenaClock(BatchClock):
         self._check(n)
         return Batch(n, seconds, seed, key, [], False)
 
+    def hint_us(self, calibration: Any) -> float:
+        self.probing = True  # its figure only sizes the batches: its slots are scanned, no call compared
+        try:
+            return super().hint_us(calibration)
+        finally:
+            self.probing = False
+
     def _check(self, n: int) -> None:
         """Every slot scanned for unwritten elements, then CHECKED_CALLS drawn calls compared."""
         import random
 
-        calls = random.Random(secrets.randbits(64)).sample(range(n), min(n, CHECKED_CALLS))
+        drawn = 0 if self.probing else min(n, CHECKED_CALLS)
+        calls = random.Random(secrets.randbits(64)).sample(range(n), drawn) or [-1]
         ref = self.ep
         for k, call in enumerate(calls):
             label = f"call {call + 1} of a batch of {n} timed by the judge's clock"

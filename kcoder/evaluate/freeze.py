@@ -34,16 +34,17 @@ def _signal(pids: set[int], sig: int) -> None:
             pass
 
 
-def freeze(root: int | None, marker: str = "") -> set[int]:
-    """`root` (the candidate's process as the judge started it), every process below it and every
-    process carrying the sandbox's `marker`, stopped; returns them (for `thaw`). Processes found
-    after the first stop (started in between) are stopped too."""
+def freeze(root: int | None) -> set[int]:
+    """`root` (the candidate's process as the judge started it) and every process below it
+    stopped; returns them (for `thaw`). Every process of the candidate's is below `root`: in
+    bwrap's PID namespace an orphan is re-parented to the namespace's first process, and without
+    bwrap to the reaper (a child subreaper), both below `root`. Processes found after the first
+    stop (started in between) are stopped too."""
     from kcoder.evaluate.reaper import descendants
-    from kcoder.evaluate.sandbox import marked_pids
 
     stopped: set[int] = set()
     for _ in range(3):  # a process started while the others were being stopped is found next round
-        found = ({root, *descendants(root)} if root else set()) | (set(marked_pids(marker)) if marker else set())
+        found = {root, *descendants(root)} if root else set()
         new = found - stopped
         if not new:
             break
@@ -60,11 +61,11 @@ def thaw(pids: set[int]) -> None:
 
 
 @contextmanager
-def frozen(root: int | None, marker: str = "") -> Iterator[set[int]]:
+def frozen(root: int | None) -> Iterator[set[int]]:
     """The candidate's processes stopped within the block (freeze), continued after it."""
     stopped: set[int] = set()
     try:
-        stopped = freeze(root, marker)
+        stopped = freeze(root)
         yield stopped
     finally:
         thaw(stopped)

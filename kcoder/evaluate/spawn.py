@@ -230,7 +230,7 @@ class Children:
         """Every process of the candidate's stopped (freeze.py); `freeze.thaw` continues them."""
         from kcoder.evaluate.freeze import freeze
 
-        return freeze(self.cand_proc.pid if self.cand_proc is not None else None, self.box.marker)
+        return freeze(self.cand_proc.pid if self.cand_proc is not None else None)
 
     def candidate_returncode(self) -> int | None:
         if self.cand_proc is None:

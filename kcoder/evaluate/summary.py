@@ -30,8 +30,8 @@ def record_errors(v: Verdict, stats: dict[str, Any]) -> None:
 
 def record_timings(v: Verdict, timings: Timings, too_fast: bool = False) -> None:
     """Fill the verdict's timing fields, reward and one-line summary from the samples. `too_fast`:
-    most of the candidate's samples were at the judge's clock's resolution (work it could not
-    tell from nothing): its figure is an upper bound, and no speed-up is claimed from it."""
+    every one of the candidate's samples was at the judge's clock's resolution (work it could not
+    tell from nothing; one such sample among others is a noisy host's calibration): its figure is an upper bound, and no speed-up is claimed from it."""
     v.timing_rounds = len(timings.samples["candidate"])
     v.eager_us, v.eager_iqr_us = timings.median("eager"), timings.iqr("eager")
     v.candidate_us, v.candidate_iqr_us = timings.median("candidate"), timings.iqr("candidate")
@@ -45,7 +45,7 @@ def record_timings(v: Verdict, timings: Timings, too_fast: bool = False) -> None
         v.notes.append("torch.compile baseline skipped (--no-compile): speed-up vs compile unknown")
     if too_fast:
         v.speedup_vs_eager = v.speedup_vs_compile = v.speedup_vs_eager_ci = v.speedup_vs_compile_ci = None
-        v.notes.append("too fast to measure: most of the candidate's batches were at the judge's clock's resolution, "
+        v.notes.append("too fast to measure: every batch of the candidate's was at the judge's clock's resolution, "
                        "so its figure is only an upper bound and no speed-up is claimed")
     v.eager_sol_fraction = sol_fraction(v.sol_us, v.eager_us)
     v.compile_sol_fraction = sol_fraction(v.sol_us, v.compile_us)

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from kcoder.evaluate.harness.arena import ArenaError, aligned, as_bytes, dtype_name, map_fd, nbytes, view
+from kcoder.evaluate.harness.batchrun import _perturbable
 
 # A NaN whose payload no arithmetic produces (computed NaNs carry the quiet bit and no payload):
 # an element still holding it after the call was never written.
@@ -28,20 +29,11 @@ def _memfd(name: str, size: int) -> int:
     return fd
 
 
-def _seal(fd: int, write: bool) -> None:
+def _seal(fd: int) -> None:
     seals = 0
-    for name in SEALS + (("F_SEAL_WRITE",) if write else ()):
+    for name in SEALS:
         seals |= getattr(fcntl, name)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-
-
-def _write(torch: Any, fd: int, tensor: Any, offset: int) -> None:
-    from kcoder.evaluate.harness.handoff import host_view
-
-    data = host_view(tensor.contiguous().reshape(-1).view(torch.uint8))
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], offset + done)
 
 
 def poison_bits(dtype: str) -> tuple[int, str]:
@@ -65,8 +57,6 @@ def output_tree(torch: Any, out: Any, cursor: list[int]) -> Any:
 def input_items(torch: Any, base: list[Any], capacity: int) -> tuple[list[dict[str, Any]], int]:
     """Where every input lies: a float tensor once per call (each call's own factors), any other
     tensor once for all calls, plain values in the layout itself; and the arena's size."""
-    from kcoder.evaluate.harness.batchrun import _perturbable
-
     items, cursor = [], 0
     for x in base:
         if isinstance(x, torch.Tensor):
@@ -100,17 +90,21 @@ class Arena:
     not started), so what it can read before the clock starts is only an earlier batch's."""
 
     def __init__(self, torch: Any, base: list[Any], capacity: int, tree: Any) -> None:
-        self.torch, self.capacity, self.fds = torch, capacity, []
+        self.torch, self.capacity, self.fds, self.maps = torch, capacity, [], []
         self.items, self.in_size = input_items(torch, base, capacity)
         try:
             self.fds.append(_memfd("kcoder-inputs", self.in_size))
             self.slot = aligned(max(max((leaf[3] + nbytes(leaf[1], leaf[2]) for leaf in leaves(tree)), default=0), 1))
             self.fds.append(_memfd("kcoder-outputs", self.slot * capacity))
             for fd in self.fds:  # neither can shrink under a process that maps it (no SIGBUS here)
-                _seal(fd, write=False)
+                _seal(fd)
+            # This process's own writable mappings: inputs written and slots read in place.
+            self.maps = [map_fd(self.fds[0], self.in_size, writable=True),
+                         map_fd(self.fds[1], self.slot * capacity, writable=True)]
         except BaseException:
             self.close()
             raise
+        self.inputs, self.outputs = (as_bytes(torch, m) for m in self.maps)
         self.poison = _poison(torch, tree, self.slot)
         self.layout: dict[str, Any] = {"n": 0, "inputs": self.items, "in_size": self.in_size, "outputs": tree,
                                        "slot": self.slot, "out_size": self.slot * capacity}
@@ -119,16 +113,20 @@ class Arena:
         return n <= self.capacity and input_items(self.torch, base, self.capacity)[0] == self.items
 
     def load(self, factors: Any, base: list[Any], n: int) -> dict[str, Any]:
-        """Batch inputs of `n` calls written (floats with each call's factors), their slots poisoned."""
-        torch, fd = self.torch, self.fds[0]
+        """Batch inputs of `n` calls written (floats with each call's factors, made straight into
+        the arena), their slots poisoned."""
+        torch = self.torch
         for i in range(n):
+            into = {j: view(torch, self.inputs, *item["t"][:2], item["t"][2] + i * item["t"][3])
+                    for j, item in enumerate(self.items) if "t" in item}
+            factors.buffers = {j: into[j] for j, x in enumerate(base) if j in into and _perturbable(torch, x)}
             call = factors.inputs(torch, base, i)
-            for item, x in zip(self.items, call, strict=True):
-                if "t" in item and (i == 0 or item["t"][3]):
-                    _write(torch, fd, x, item["t"][2] + i * item["t"][3])
-            del call
-        for i in range(n):
-            _write(torch, self.fds[1], self.poison, i * self.slot)
+            for j, x in enumerate(call):
+                if j in into and j not in factors.buffers and i == 0:  # a tensor every call shares
+                    into[j].copy_(x)
+            del call, into
+        if n:
+            self.outputs[: n * self.slot].view(n, self.slot).copy_(self.poison.expand(n, self.slot))
         self.layout["n"] = n
         return dict(self.layout)
 
@@ -136,42 +134,32 @@ class Arena:
     def unwritten(self) -> list[int]:
         """Calls of the last batch with a float element of their output still poisoned (never written)."""
         torch, layout = self.torch, self.layout
-        mapped = map_fd(self.fds[1], int(layout["out_size"]), writable=False)
-        try:
-            flat, found = as_bytes(torch, mapped), []
-            for i in range(int(layout["n"])):
-                for _, dtype, shape, offset in leaves(layout["outputs"]):
-                    if dtype not in POISON:
-                        continue
-                    bits, as_int = poison_bits(dtype)
-                    if bool((view(torch, flat, as_int, shape, i * layout["slot"] + offset) == bits).any()):
-                        found.append(i)
-                        break
-            del flat
-            return found
-        finally:
-            if mapped is not None:
-                mapped.close()
+        n, slot = int(layout["n"]), int(layout["slot"])
+        found = torch.zeros(n, dtype=torch.bool)
+        rows = self.outputs[: n * slot].view(n, slot)
+        for _, dtype, shape, offset in leaves(layout["outputs"]):
+            size = nbytes(dtype, shape)
+            if dtype in POISON and size:
+                bits, as_int = poison_bits(dtype)
+                found |= (rows[:, offset:offset + size].view(getattr(torch, as_int)) == bits).any(dim=1)
+        return [int(i) for i in found.nonzero().flatten()]
 
     def output(self, i: int) -> Any:
         """Call `i`'s output: tensors of this process's own (the slot's bytes copied here first)."""
-        from kcoder.evaluate.harness.handoff import host_view
-
-        torch, layout = self.torch, self.layout
-        slot = int(layout["slot"])
-        own = torch.empty(slot, dtype=torch.uint8)
-        data, done = host_view(own), 0
-        while done < slot:
-            got = os.preadv(self.fds[1], [data[done:]], i * slot + done)
-            if got <= 0:
-                raise ArenaError(f"the output arena holds less than call {i}'s slot")
-            done += got
-        return _rebuild(torch, layout["outputs"], own)
+        slot = int(self.layout["slot"])
+        return _rebuild(self.torch, self.layout["outputs"], self.outputs[i * slot:(i + 1) * slot].clone())
 
     def close(self) -> None:
+        self.inputs = self.outputs = None
+        for m in self.maps:
+            if m is not None:
+                try:
+                    m.close()
+                except BufferError:  # a view still alive: unmapped when it goes
+                    pass
         for fd in self.fds:
             os.close(fd)
-        self.fds = []
+        self.fds, self.maps = [], []
 
 
 def _rebuild(torch: Any, tree: Any, flat: Any) -> Any:

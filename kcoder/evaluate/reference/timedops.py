@@ -151,8 +151,8 @@ class TimedOps:
 
     def op_arena_check(self, call: int, label: str, scan: bool = False) -> dict[str, Any]:
         """The candidate's batch after its process was frozen: with `scan`, every call's output
-        slot read for elements never written; call `call`'s output against the reference's for
-        the inputs that call saw."""
+        slot read for elements never written; call `call`'s output (none when negative) against
+        the reference's for the inputs that call saw."""
         kept, arena = self.cand_batch, self.arena
         if kept is None or arena is None:
             raise RuntimeError("no candidate batch is kept")
@@ -161,6 +161,8 @@ class TimedOps:
             return {"ok": False, "reason": f"integrity: {len(unwritten)} of the {n} calls of a batch timed by the "
                                            f"judge's clock (call {unwritten[0] + 1} first) left output elements "
                                            "unwritten when the clock stopped: work not done within the call"}
+        if call < 0:  # the slots scanned only (a batch that sizes the others)
+            return {"ok": True}
         batch = {"key": kept["key"], "n": n, "call": int(call)}
         return self._compare(arena.output(int(call)), self.reference(kept["seed"], batch), kept["seed"], batch)
 
