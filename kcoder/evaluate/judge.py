@@ -267,7 +267,7 @@ class Judge:
         self.stop_candidate()
         samples = base.last(deadline, figure.samples)
         samples["candidate"] = figure.samples
-        record_timings(self.verdict, Timings(samples), too_fast=figure.at_resolution == len(figure.samples))
+        record_timings(self.verdict, Timings(samples), too_fast=figure.negligible == len(figure.samples))
         v.seconds["timing"] = round(time.perf_counter() - started, 3)
 
     def share_s(self) -> float:

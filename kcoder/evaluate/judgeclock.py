@@ -40,6 +40,10 @@ TARGET_S = {"cuda": 0.01, "cpu": 0.05}  # the implementation's own time per batc
 KEEP_BYTES = 2**30  # a batch's outputs are kept for the judge's drawn checks (in both processes)
 CALIBRATION_REPEATS = 3
 MIN_RESOLUTION_S = 1e-6  # the least a batch's own work reads as (a sample is never zero)
+# Work at the resolution and under this share of its whole batch is too little to measure: a
+# figure made of such samples claims no speed-up (summary.record_timings). The share keeps a
+# noisy host's calibration spread (ms on 2 shared cores) from taking an honest 5 ms kernel's.
+NEGLIGIBLE_SHARE = 0.02
 PROBE_CALLS = 4  # a first batch sizes the batches of an implementation
 SAMPLES = 5  # the candidate's; each with one drawn call checked (5 more checks than input sets)
 BAND = 0.10  # the judge's clock may exceed an in-process figure by this share ...
@@ -100,6 +104,7 @@ class Figure:
     n: int = 0
     host_bound: bool = False
     at_resolution: int = 0  # samples whose own work was within the calibration's spread
+    negligible: int = 0  # samples whose own work was within the resolution and under 2% of its batch
     harness_us: float = 0.0  # the batch's own cost per call (the calibration's line)
     taken_off_us: float = 0.0  # per call, what was taken off every sample (the line's or the process's own)
 
@@ -180,15 +185,18 @@ class BatchClock:
         done = ep.expect(done, "done")
         return Batch(n, seconds, seed, key, _commitments(done.get("commitments"), n), host_bound)
 
-    def calibrate(self) -> Calibration:
+    def calibrate(self, keep_bytes: int = 1) -> Calibration:
         """The batch's own cost (run in the reference process, no candidate alive): one call, then
         a size whose batch lasts about TARGET_S, each CALIBRATION_REPEATS times; a line under
-        their fastest runs, and the smaller of their spreads (the clock's resolution)."""
+        their fastest runs, and the smaller of their spreads (the clock's resolution).
+        `keep_bytes`: what a batch holds per call (an arena holds every call's inputs and output:
+        mse_loss's 128 MiB a call made a 512-call calibration batch of 64 GiB)."""
         device = "cuda" if self.cuda else "cpu"
         fastest, spreads = {}, []
         for n in (1, 0):
             if n == 0:  # the second size, from the first's time (an upper bound of its per-call cost)
                 n = max(4, min(MAX_CALLS[device], int(4 * TARGET_S[device] / max(fastest[1], 1e-6))))
+                n = max(2, min(n, KEEP_BYTES // max(keep_bytes, 1)))
             times = sorted(self.batch(n, calibration=True).seconds for _ in range(CALIBRATION_REPEATS))
             fastest[n] = times[0]
             spreads.append(times[1] - times[0])
@@ -237,6 +245,7 @@ class BatchClock:
             work = run.seconds - taken_off
             figure.samples.append(max(work, resolution) / n * 1e6)
             figure.at_resolution += work <= resolution
+            figure.negligible += work <= resolution and work <= NEGLIGIBLE_SHARE * run.seconds
         return figure
 
 

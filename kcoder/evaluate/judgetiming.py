@@ -137,7 +137,7 @@ def baseline_figures(endpoint: Endpoint, cuda: bool, deadline: float, samples: i
 
             clock = ArenaClock(endpoint, share, deadline, impl)
         if calibration is None:
-            calibration = clock.calibrate()
+            calibration = clock.calibrate(1 if cuda else output_bytes)
         out[impl] = clock.figure(calibration, output_bytes, samples, budget_s).samples
         if stages is not None:
             stages.add(f"baselines_{impl}", time.monotonic() - started)

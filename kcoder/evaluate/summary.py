@@ -30,8 +30,9 @@ def record_errors(v: Verdict, stats: dict[str, Any]) -> None:
 
 def record_timings(v: Verdict, timings: Timings, too_fast: bool = False) -> None:
     """Fill the verdict's timing fields, reward and one-line summary from the samples. `too_fast`:
-    every one of the candidate's samples was at the judge's clock's resolution (work it could not
-    tell from nothing; one such sample among others is a noisy host's calibration): its figure is an upper bound, and no speed-up is claimed from it."""
+    every one of the candidate's samples was at the judge's clock's resolution and a sliver of its
+    batch (judgeclock.NEGLIGIBLE_SHARE: work it could not tell from nothing): its figure is an
+    upper bound, and no speed-up is claimed from it."""
     v.timing_rounds = len(timings.samples["candidate"])
     v.eager_us, v.eager_iqr_us = timings.median("eager"), timings.iqr("eager")
     v.candidate_us, v.candidate_iqr_us = timings.median("candidate"), timings.iqr("candidate")

@@ -135,3 +135,52 @@ def test_a_figure_at_the_clocks_resolution_claims_no_speedup():
     assert "too fast for the judge's clock" in v.reason
     record_timings(v, Timings(samples))
     assert v.reward == 3 and v.speedup_vs_compile == pytest.approx(80.0)
+
+
+def test_the_candidates_calibration_is_timed_in_the_reference_process_while_it_is_frozen():
+    """What is taken off a candidate's batch: a batch of the reference process's, every process of
+    the candidate's stopped before it starts and continued after it ends; nothing asked of the
+    candidate's process (a thread of its own that slows its calibration finds nothing to slow)."""
+    from types import SimpleNamespace
+
+    from kcoder.evaluate.arenaclock import ArenaClock, CandidateSide
+    from kcoder.evaluate.judgeclock import Endpoint
+
+    events = []
+
+    class Reference:
+        def request(self, limit_s, **message):
+            events.append(("reference", message["op"], message["impl"], message["calibration"]))
+            return {"arena": {"n": message["n"]}}
+
+        def send(self, **message):
+            events.append(("reference", message["op"]))
+
+        def receive(self, limit_s, watch=True):
+            events.append(("reference", "done"))
+            return {"done": True}
+
+    class Candidate:
+        proc = SimpleNamespace(pid=4242)
+
+        def send(self, **message):
+            events.append(("candidate", message))
+
+        def receive(self, limit_s, watch=True):
+            events.append(("candidate", "reply"))
+            return {"done": True}
+
+    def fail(exc):
+        raise AssertionError(exc)
+
+    def expect(reply, key):
+        assert key in reply, (reply, key)
+        return reply
+
+    side = CandidateSide(Endpoint(Candidate(), fail, expect), None, lambda: events.append(("freeze",)) or {4242},
+                         lambda pids: events.append(("thaw", sorted(pids))), lambda result, label: None)
+    clock = ArenaClock(Endpoint(Reference(), fail, expect), None, time.monotonic() + 10, candidate=side)
+    batch = clock.batch(6, calibration=True)
+    assert batch.n == 6 and batch.seconds > 0
+    assert events == [("freeze",), ("reference", "arena", "eager", True), ("reference", "go"),
+                      ("reference", "done"), ("thaw", [4242])]

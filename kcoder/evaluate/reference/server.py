@@ -53,6 +53,7 @@ class ReferenceServer(TimedOps):
         self.cand_mapped: tuple[int, int] | None = None  # (process, arena) the candidate's process has mapped
         self.output_tree: Any = None  # the output's shapes and dtypes, laid out in a slot (arena batches)
         self.initial_state: dict[str, Any] | None = None  # Model's own state, while the judge's draw is loaded
+        self.held: Any = None  # what the last arena batch ran, freed when the next one is made
         self.stamps = {"main": time.time()}  # wall-clock start-up stamps (stagetimes.py)
         share_fd = job.get("handoff_fd")  # candidates' outputs arrive here by descriptor (handoff.py)
         self.share = socket.socket(fileno=share_fd) if isinstance(share_fd, int) else None
