@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 STOP_WAIT_S = 1.0  # how long the judge waits for every process to be seen stopped
 STOPPED = {"T", "t", "Z", "X"}  # stopped, traced, or gone
@@ -58,14 +56,3 @@ def freeze(root: int | None) -> set[int]:
 
 def thaw(pids: set[int]) -> None:
     _signal(pids, signal.SIGCONT)
-
-
-@contextmanager
-def frozen(root: int | None) -> Iterator[set[int]]:
-    """The candidate's processes stopped within the block (freeze), continued after it."""
-    stopped: set[int] = set()
-    try:
-        stopped = freeze(root)
-        yield stopped
-    finally:
-        thaw(stopped)
