@@ -97,8 +97,6 @@ class BatchOps:
         from kcoder.evaluate.harness.arena import ArenaError, serve
 
         self.batch_run, self.last = None, None
-        if layout.get("fresh"):
-            self._drop_arena()
         # No check of this process's own state before "done": the clock runs until the reply, and
         # nothing this process says about itself is evidence (the audits between batches check it).
         try:
@@ -107,11 +105,6 @@ class BatchOps:
         except ArenaError as exc:
             raise HarnessFault(f"the arena: {first_line(exc)}") from None
         return {"done": True}
-
-    def _drop_arena(self) -> None:
-        mapped, self.mapped = getattr(self, "mapped", None), None
-        if mapped is not None:
-            mapped.close()
 
     def op_save_batch(self, index: int, path: str) -> dict[str, Any]:
         run = self.batch_run
