@@ -45,7 +45,7 @@ from kcoder.policy.geometry import kernel_geometry
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
 
-__all__ = ["TUNE", "CONFIG", "render_cuda", "row_layout", "tune_space"]
+__all__ = ["TUNE", "CONFIG", "render_cuda", "row_layout", "tune_config", "tune_space"]
 TUNE = {"THREADS": [128, 256, 512], "UNROLL": [1, 2, 4]}
 CONFIG = {"THREADS": 256, "UNROLL": 2}
 
@@ -167,3 +167,9 @@ def render_cuda(plan: Plan, graph: Graph) -> tuple[str, str]:
 def tune_space(cuda: str) -> dict[str, list[int]]:
     """TUNE for a rendered CUDA unit: the knobs its kernels read."""
     return {name: values for name, values in TUNE.items() if name == "THREADS" or name in cuda}
+
+
+def tune_config(cuda: str) -> dict[str, int]:
+    """CONFIG for a rendered CUDA unit: the default of each knob tune_space declares (the tune
+    tool refuses a CONFIG that names a knob TUNE does not)."""
+    return {name: value for name, value in CONFIG.items() if name in tune_space(cuda)}

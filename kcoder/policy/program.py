@@ -113,7 +113,7 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str) -> str:
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
         cpp, cuda = emit_cuda.render_cuda(plan, graph)
-        parts.append(f"TUNE = {emit_cuda.tune_space(cuda)!r}\nCONFIG = {emit_cuda.CONFIG!r}\n")
+        parts.append(f"TUNE = {emit_cuda.tune_space(cuda)!r}\nCONFIG = {emit_cuda.tune_config(cuda)!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))
     parts.append(MODEL.format(state=_state(graph), body=_forward(plan, graph)))

@@ -190,6 +190,9 @@ def test_cuda_row_layouts_follow_the_shapes(graphs):
     assert "kc_block_reduce<C_max>" in cuda and "kc_block_reduce<C_lse>" not in cuda
     assert "reinterpret_cast<const float4*>" in cuda and "reinterpret_cast<float4*>" in cuda
     assert cuda.count("xc0[q * V + j]") == 3 and tune_space(cuda) == {"THREADS": [128, 256, 512]}
+    # the file's CONFIG names exactly the knobs its TUNE declares: the tune tool can rewrite it
+    space = parse_space(render_program(softmax, graph, "cuda", "model.py"))
+    assert space.current == {"THREADS": 256} and space.rewrite({"THREADS": 512}).count('CONFIG = {"THREADS": 512}') == 1
 
 
 def cuda_of(u) -> str:
