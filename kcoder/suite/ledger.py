@@ -149,6 +149,8 @@ def row_of(record: dict[str, Any], spec: dict[str, Any], ident: dict[str, Any]) 
            "status": record.get("status", "error"), "reason": str(record.get("reason") or "")[:300],
            "seconds": record.get("seconds")}
     row.update({f: verdict.get(f) for f in FIGURES})
+    if row["status"] == "error" and verdict.get("log"):  # kcoder's own failure: what its process said last
+        row["log_tail"] = str(verdict["log"])[-1500:]
     return row
 
 

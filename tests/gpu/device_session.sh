@@ -292,6 +292,11 @@ kbsuite() {
     echo "suite rc=$?" | tee -a "$out/kbsuite.log"
   done
   grep -E "^[✓✗–] |left for a later|already in" "$out/kbsuite.log" | cut -c1-220
+  python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    row = json.loads(line)
+    if row.get("log_tail") and row.get("commit") == sys.argv[2]:
+        print("--", row["problem"], "log tail:"); print(row["log_tail"][-800:])' "$results" "$KCODER_COMMIT"
   python3 bench/results_table.py "$results" > "$out/kbsuite_table.md" 2>&1
   head -8 "$out/kbsuite_table.md"; echo "($(grep -c . "$results") rows; the whole table in kbsuite_table.md)"
 }
