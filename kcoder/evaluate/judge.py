@@ -225,7 +225,8 @@ class Judge:
                 self.tampered("more output descriptors than outputs")
             handoff.send_fd(ref, fd)
         except OSError as exc:
-            self.harness_error(f"passing an output to the reference process failed: {exc}")
+            self.harness_error(f"passing an output to the reference process failed: {exc}",
+                               self.children.log_tail("reference"))
         finally:
             os.close(fd)
         return {"shared": layout}

@@ -222,6 +222,18 @@ def test_a_problem_the_check_cannot_run_counts_only_its_outputs():
     assert figures["input_bytes"] == 0 and figures["output_bytes"] == 256 * 4
 
 
+def test_the_fingerprint_samples_stay_inside_an_output_above_2_to_the_24_elements():
+    """A float32 linspace rounded its last sample to numel here (16,777,219 -> 16,777,220): on the
+    H100 a device-side assert that ended the reference process (KernelBench L1 11, L2 11)."""
+    from kcoder.evaluate.reference.floor import SAMPLES, _fingerprint
+
+    n = 2**24 + 4
+    out = torch.zeros(n, dtype=torch.uint8)
+    out[-1] = 7
+    values = _fingerprint(torch, out)
+    assert len(values) == 1 + SAMPLES and values[0] == 7.0 and values[-1] == 7.0
+
+
 # --- the refusal --------------------------------------------------------------------------------
 def test_under_floor_names_the_figures():
     reason = under_floor(3.1, 12.4, "0.5x the time to read 48.0 MiB of inputs once")

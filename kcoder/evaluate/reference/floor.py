@@ -215,7 +215,10 @@ def _fingerprint(torch: Any, out: Any) -> list[float]:
         flat = (torch.view_as_real(t) if t.is_complex() else t).detach().reshape(-1)
         if not flat.numel():
             continue
-        index = torch.linspace(0, flat.numel() - 1, min(SAMPLES, flat.numel()), device=flat.device).long()
+        # integer steps: a float32 linspace rounds its last point past the end above 2**24 elements
+        # (an index out of bounds: a device-side assert on the GPU that ends the reference process)
+        count = min(SAMPLES, flat.numel())
+        index = torch.arange(count, device=flat.device) * (flat.numel() - 1) // max(count - 1, 1)
         values.append(flat.sum(dtype=torch.float64).item())
         values += flat[index].double().tolist()
     return values
