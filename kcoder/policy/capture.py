@@ -28,6 +28,8 @@ from kcoder.trust import read_plain
 
 CAPTURE_TIMEOUT_S = 300.0
 MAX_GRAPH_BYTES = 64 * 2**20  # far above any module's graph; a bigger file is refused unread
+BATCHES = "batches.json"  # the graphs at other batch sizes (batchdims.py: a kernel for any batch)
+BATCH_SIZES = (3, 5, 7)  # the other batch sizes traced: the first two unlike the problem's own
 
 
 class CaptureError(Exception):
@@ -66,7 +68,11 @@ def capture_graph(problem: Path, work: Path, timeout_s: float = CAPTURE_TIMEOUT_
         finally:
             kill_all(box.marker)
         data = _graph(problem, out, res)
+        batches = _batches(problem, out.with_name(BATCHES))
     (work / "graph.json").write_text(json.dumps(data))
+    if batches:
+        (work / BATCHES).write_text(json.dumps(batches))
+        data["batches"] = batches
     return data
 
 
@@ -90,6 +96,25 @@ def _graph(problem: Path, out: Path, res: RunResult) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # GraphSchemaError, or not JSON at all
         what = "" if isinstance(exc, GraphSchemaError) else "not JSON: "
         raise CaptureError(f"{refused}: {what}{exc}") from None
+
+
+def _batches(problem: Path, path: Path) -> dict[str, Any] | None:
+    """The graphs traced at other batch sizes (`_trace_batches`), each schema-checked, or None
+    when the child wrote none (the module does not trace at another batch size)."""
+    from kcoder.policy.schema import GraphSchemaError, validate_graph
+
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(read_plain(path, limit=4 * MAX_GRAPH_BYTES + 1))
+        sizes, scaled = raw["sizes"], raw["scaled"]
+        if not (isinstance(sizes, list) and isinstance(scaled, list) and len(sizes) == len(raw["graphs"]) + 1
+                and all(type(v) is int and v > 0 for v in sizes) and scaled
+                and all(type(v) is int and v >= 0 for v in scaled)):
+            raise GraphSchemaError("sizes and scaled: lists of integers expected (sizes positive)")
+        return {"sizes": sizes, "scaled": scaled, "graphs": [validate_graph(g) for g in raw["graphs"]]}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise CaptureError(f"{problem}: the graphs at other batch sizes ({path.name}) are refused: {exc}") from None
 
 
 def _decompositions() -> dict[Any, Any]:
@@ -195,18 +220,21 @@ def _scalar(value: Any) -> float | int | None:
         return None
 
 
-def _trace(problem: Path) -> dict[str, Any]:
+def _load(problem: Path) -> tuple[Any, list[Any]]:
     import importlib.util
-
-    import torch
-    from torch.func import functional_call
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     spec = importlib.util.spec_from_file_location("kcoder_policy_problem", problem)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     model = module.Model(*module.get_init_inputs())  # training mode, as the evaluator runs it
-    inputs = list(module.get_inputs())
+    return model, list(module.get_inputs())
+
+
+def _trace(model: Any, inputs: list[Any]) -> dict[str, Any]:
+    import torch
+    from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     params = dict(model.named_parameters())
     persistent = set(model.state_dict())
     buffers = dict(model.named_buffers())
@@ -233,15 +261,56 @@ def _trace(problem: Path) -> dict[str, Any]:
     return _serialize(gm, placeholders, len(inputs))
 
 
+def batch_plan(inputs: list[Any]) -> tuple[list[int], list[int]] | None:
+    """(the other batch sizes, the positions of the inputs they scale): every tensor input whose
+    leading dim is the first tensor input's; None without such an input."""
+    import torch
+
+    tensors = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor) and v.dim() > 0]
+    if not tensors or inputs[tensors[0]].shape[0] == 0:
+        return None
+    batch = inputs[tensors[0]].shape[0]
+    return [b for b in BATCH_SIZES if b != batch][:2], [i for i in tensors if inputs[i].shape[0] == batch]
+
+
+def _rows(value: Any, b: int) -> Any:
+    """`value` with b rows: its first ones, repeated when it has fewer (index inputs stay in range)."""
+    import torch
+
+    n = value.shape[0]
+    return (value if n >= b else torch.cat([value] * -(-b // n))).narrow(0, 0, b).clone()
+
+
+def _trace_batches(model: Any, inputs: list[Any]) -> dict[str, Any] | None:
+    """The graph at each other batch size (`_rows` of the scaled inputs), or None when the module
+    does not trace at one of them."""
+    plan = batch_plan(inputs)
+    if plan is None:
+        return None
+    sizes, scaled = plan
+    graphs = []
+    for b in sizes:
+        cut = [_rows(v, b) if i in scaled else v for i, v in enumerate(inputs)]
+        try:
+            graphs.append(_trace(model, cut))
+        except Exception:  # noqa: BLE001  made for its own batch size (it reshapes by a constant ...)
+            return None
+    return {"sizes": [inputs[scaled[0]].shape[0], *sizes], "scaled": scaled, "graphs": graphs}
+
+
 def main() -> None:
     problem, out = Path(sys.argv[1]), Path(sys.argv[2])
     try:
-        data = _trace(problem)
+        model, inputs = _load(problem)
+        data = _trace(model, inputs)
+        batches = _trace_batches(model, inputs)
     except Exception as exc:  # the parent reports the last line: the cause, in one line
         print(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
               file=sys.stderr)
         sys.exit(1)
     out.write_text(json.dumps(data))
+    if batches:
+        out.with_name(BATCHES).write_text(json.dumps(batches))
 
 
 if __name__ == "__main__":

@@ -47,9 +47,11 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
     from kcoder.policy.rewrite import rewrite
 
     try:
-        graph = load_graph(capture_graph(problem, work, sandbox=settings.sandbox))
+        data = capture_graph(problem, work, sandbox=settings.sandbox)
+        graph = load_graph(data)
         applied = rewrite(graph, settings.allow)  # identities that hold for every input and weight (rewrite.py)
         plan = plan_graph(graph, settings.allow)
+        source = any_batch(data, settings, problem.name) or render_program(plan, graph, settings.device, problem.name)
     except CaptureError as exc:
         return Generated(None, error=str(exc))
     except Unsupported as exc:
@@ -57,8 +59,33 @@ def generate(problem: Path, settings: Settings, work: Path) -> Generated:
     except Exception as exc:  # noqa: BLE001  a policy bug must end the run with a reason, not a traceback
         return Generated(None, error=f"kcoder's built-in policy failed on this module (a kcoder bug): "
                                      f"{type(exc).__name__}: {exc}")
-    return Generated(render_program(plan, graph, settings.device, problem.name),
-                     [f"{k.name}: {k.describe()}" for k in plan.kernels], rewrites=applied)
+    return Generated(source, [f"{k.name}: {k.describe()}" for k in plan.kernels], rewrites=applied)
+
+
+def any_batch(data: dict[str, Any], settings: Settings, name: str) -> str | None:
+    """The candidate written for any batch size (batchdims.py), or None when its text would
+    differ from one traced batch size to another (it is then made for the problem's shapes)."""
+    from kcoder.policy.batchdims import annotate
+    from kcoder.policy.graph import load_graph
+    from kcoder.policy.plan import Unsupported, plan_graph
+    from kcoder.policy.program import render_program
+    from kcoder.policy.rewrite import rewrite
+
+    batches = data.get("batches")
+    if not batches:
+        return None
+    graphs = [load_graph(data)] + [load_graph(g) for g in batches["graphs"]]
+    for g in graphs:
+        rewrite(g, settings.allow)
+    if not annotate(graphs, batches["sizes"]):
+        return None
+    try:
+        texts = [render_program(plan_graph(g, settings.allow), g, settings.device, name, batches["scaled"][0])
+                 for g in graphs]
+    except Unsupported:
+        return None
+    code = [t.split('"""', 2)[2] for t in texts]  # the header describes each trace's own shapes
+    return texts[0] if all(c == code[0] for c in code[1:]) else None
 
 
 def read_notes(ws: Workspace) -> dict[str, Any]:

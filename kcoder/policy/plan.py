@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any
 
 from kcoder.policy import ops
+from kcoder.policy.batchdims import shape_py
 from kcoder.policy.graph import DTYPES, Graph, Node, Ref
 from kcoder.policy.kernel import Kernel, Operand, Plan, Scan, Stage, Stmt
 
@@ -57,7 +58,7 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _shape_py(shape: tuple[int, ...]) -> str:
-    return repr(tuple(shape))
+    return shape_py(tuple(shape))  # a dim that follows the batch as its expression (batchdims.py)
 
 
 class Planner:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcoder.policy import emit_cpu, emit_cuda
+from kcoder.policy.batchdims import BATCH, made_for
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
 
@@ -57,6 +58,17 @@ MODEL = '''
 # (name, shape, dtype, kind) of Model's parameters and buffers: the evaluator copies their
 # values from Model by name.
 STATE = {state!r}
+# (position, shape) of each tensor input the kernels were made for; None: any size there.
+MADE_FOR = {made_for!r}
+
+
+def _check_shapes(inputs):
+    for k, shape in MADE_FOR:
+        got = tuple(inputs[k].shape)
+        if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
+            want = ", ".join("*" if s is None else str(s) for s in shape)
+            raise ValueError(f"this kernel was made for inputs[{{k}}] of shape [{{want}}]; got {{list(got)}}: "
+                             "generate it again for this shape")
 
 
 class ModelNew(nn.Module):
@@ -88,23 +100,31 @@ def _state(graph: Graph) -> list[tuple[str, tuple[int, ...], str, str]]:
     return out
 
 
-def _forward(plan: Plan, graph: Graph) -> str:
+def _forward(plan: Plan, graph: Graph, batch_input: int | None) -> str:
     first = next((n.attrs["key"] for n in graph.nodes.values() if n.kind == "source" and n.op == "input"), None)
-    lines = [f"_dev = inputs[{first}].device" if first is not None else
-             "_dev = next(self.parameters()).device"] + plan.lines
+    lines = [f"_dev = inputs[{first}].device" if first is not None else "_dev = next(self.parameters()).device",
+             "_check_shapes(inputs)"]
+    if batch_input is not None:
+        lines.append(f"{BATCH} = inputs[{batch_input}].shape[0]")
+    lines += plan.lines
     result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
     lines.append(f"return {result}")
     return "\n".join("        " + line for line in lines)
 
 
-def render_program(plan: Plan, graph: Graph, device: str, problem: str) -> str:
-    """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA)."""
+def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_input: int | None = None) -> str:
+    """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA). batch_input: the
+    input whose leading dim is the batch B that the graph's Dim sizes follow (batchdims.py);
+    None: made for the captured shapes, which forward checks."""
     kernels = "\n".join(f"  {k.name}: {k.describe()}" for k in plan.kernels)
     functions = [k.name for k in plan.kernels]
     how = ("The kernels are generated for the shapes and strides the capture saw (the bindings check\n"
            "them); contiguous float data moves as 128-bit vectors." if device == "cuda" else
            "The kernels coalesce dims at run time and take a vectorized path when the innermost\n"
            "strides are the expected ones, a strided path otherwise.")
+    if batch_input is not None:
+        how += (f"\nMade for any batch size: {BATCH} is inputs[{batch_input}]'s leading dim at run time "
+                "(the shapes above are the capture's).")
     parts: list[Any] = [HEADER.format(problem=problem, kernels=kernels, how=how),
                         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"]
     if device == "cpu":
@@ -116,5 +136,6 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str) -> str:
         parts.append(f"TUNE = {emit_cuda.tune_space(cuda)!r}\nCONFIG = {emit_cuda.tune_config(cuda)!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))
-    parts.append(MODEL.format(state=_state(graph), body=_forward(plan, graph)))
+    parts.append(MODEL.format(state=_state(graph), made_for=made_for(graph, batch_input is not None),
+                              body=_forward(plan, graph, batch_input)))
     return "\n".join(parts)

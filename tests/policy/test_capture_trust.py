@@ -160,7 +160,10 @@ def test_the_capture_child_sees_no_credentials(tmp_path, monkeypatch):
     key, home = eval(seen.read_text())  # noqa: S307  the test's own file
     assert key is None
     assert home and Path(home) != Path(os.environ["HOME"]) and "kcoder-capture-" in home
+    batches = graph.pop("batches")  # the same module traced at other batch sizes (batchdims.py)
+    assert batches["sizes"] == [4, 3, 5] and len(batches["graphs"]) == 2
     assert json.loads((tmp_path / "work" / "graph.json").read_text()) == graph
+    assert json.loads((tmp_path / "work" / "batches.json").read_text()) == batches
 
 
 def test_a_link_in_place_of_the_graph_is_not_followed(tmp_path):

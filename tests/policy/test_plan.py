@@ -20,8 +20,9 @@ from kcoder.tune.space import parse_space
 HERE = Path(__file__).parent / "problems"
 EXAMPLES = Path(__file__).parents[2] / "examples"
 # What forward may do: allocate, view, call the extension or (allowed) the library GEMM.
-FORWARD_OK = re.compile(r"^(_dev = .*|t_\w+ = (torch\.empty\(.*|inputs\[\d+\]|self\.get_\w+\(.*\)|t_\w+)"
-                        r"[\w.(), \[\]:-]*|_ext\.k\d+\(\[.*\]\)|t_\w+ = torch\.mm\(.*\)|return .*)$")
+FORWARD_OK = re.compile(r"^(_dev = .*|_check_shapes\(inputs\)|B = inputs\[\d+\]\.shape\[0\]|"
+                        r"t_\w+ = (torch\.empty\(.*|inputs\[\d+\]|self\.get_\w+\(.*\)|t_\w+)"
+                        r"[\w.(), \[\]:*-]*|_ext\.k\d+\(\[.*\]\)|t_\w+ = torch\.mm\(.*\)|return .*)$")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,88 @@
+"""A candidate for any batch size: the dims that follow the batch written as expressions of it.
+
+capture.py traces Model.forward at the problem's batch size and at BATCH_SIZES more (the
+inputs' first rows). A dim of a node that is the same in every trace is a constant; one that is
+c times the batch in every trace is written `B * c` in forward (B: the first scaled input's
+leading dim at run time); any other is not expressible, and the candidate is then made for the
+problem's own shapes. The planner sees plain ints (Dim is an int); only the Python shapes
+forward renders carry the expression.
+
+Whether a kernel depends on the batch is not reasoned out: the candidate is planned and rendered
+for every traced batch size, and it is batch-generic only if every rendering is the same text. A
+constant that follows the batch (a mean's 1/N), a shape baked into a CUDA kernel, a layout chosen
+by the row count: each makes the texts differ, and the candidate is then made for the problem's
+own shapes, with a guard in forward that names them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BATCH = "B"
+
+
+class Dim(int):
+    """A size that follows the batch: its value at the traced batch, and `expr` in terms of B."""
+
+    expr: str
+
+    def __new__(cls, value: int, expr: str) -> Dim:
+        dim = super().__new__(cls, value)
+        dim.expr = expr
+        return dim
+
+
+def dim_py(size: int) -> str:
+    return size.expr if isinstance(size, Dim) else repr(int(size))
+
+
+def shape_py(shape: tuple[int, ...]) -> str:
+    """A shape as a Python tuple literal, the batch's dims as expressions."""
+    items = [dim_py(s) for s in shape]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def annotate(graphs: list[Any], sizes: list[int]) -> bool:
+    """Mark, in every graph, the dims that are c * batch in all of them (graphs[i] traced at batch
+    sizes[i]); False when the graphs' nodes differ or a dim changes in any other way."""
+    names = [list(g.nodes) for g in graphs]
+    if any(n != names[0] for n in names[1:]):
+        return False
+    for name in names[0]:
+        nodes = [g.nodes[name] for g in graphs]
+        shapes = [tuple(n.shape) if n.shape is not None else None for n in nodes]
+        if any((s is None) != (shapes[0] is None) for s in shapes):
+            return False
+        if shapes[0] is None:
+            continue
+        if any(len(s) != len(shapes[0]) for s in shapes):
+            return False
+        exprs = [_expr([s[d] for s in shapes], sizes) for d in range(len(shapes[0]))]
+        if any(e is False for e in exprs):
+            return False
+        for node, shape in zip(nodes, shapes, strict=True):
+            node.shape = tuple(Dim(v, e) if isinstance(e, str) else v for v, e in zip(shape, exprs, strict=True))
+    return True
+
+
+def _expr(values: list[int], sizes: list[int]) -> str | None | bool:
+    """None: a constant; "B * c": c times the batch in every trace; False: neither."""
+    if all(v == values[0] for v in values):
+        return None
+    if values[0] % sizes[0] or values[0] == 0:
+        return False
+    c = values[0] // sizes[0]
+    if any(v != c * b for v, b in zip(values, sizes, strict=True)):
+        return False
+    return BATCH if c == 1 else f"{BATCH} * {c}"
+
+
+def made_for(graph: Any, generic: bool) -> list[tuple[int, tuple[int | None, ...]]]:
+    """(input position, shape) of every tensor input, None where any size is accepted (a dim
+    that follows the batch, when the candidate is batch-generic): forward's guard."""
+    out = []
+    for node in graph.nodes.values():
+        if node.kind == "source" and node.op == "input" and node.shape is not None:
+            shape = tuple(None if generic and isinstance(s, Dim) else int(s) for s in node.shape)
+            out.append((int(node.attrs["key"]), shape))
+    return sorted(out)

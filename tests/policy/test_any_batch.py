@@ -1,0 +1,102 @@
+"""Issue 48: the built-in policy's candidates take the batch at run time (batchdims.py).
+
+A candidate whose text is the same at every traced batch size reads B from its first input;
+one that is not (a mean's 1/N over the batch) is made for the problem's shapes and its forward
+names them when called at another."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kcoder.policy.batchdims import Dim, annotate, shape_py
+from kcoder.policy.driver import generate
+from kcoder.policy.nodes import Graph, Node
+from kcoder.settings import Settings
+
+ROOT = Path(__file__).parents[2]
+PROBLEMS = Path(__file__).parent / "problems"
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _candidate(problem: Path, tmp_path: Path, monkeypatch, build: bool = True):
+    """The policy's cpu candidate for `problem`, imported (built through kcoder's shared build
+    cache, as the evaluator builds it; build=False: load_inline answers nothing)."""
+    import torch.utils.cpp_extension as ext
+
+    from kcoder.build.inline import make_load_inline
+
+    generated = generate(problem, Settings(device="cpu", allow=["gemm"]), tmp_path / "work")
+    assert generated.source is not None, generated.error
+    path = tmp_path / f"cand_{problem.parent.name}_{problem.stem}.py"
+    path.write_text(generated.source)
+    monkeypatch.setattr(ext, "load_inline", make_load_inline(ext.load_inline) if build else lambda **kw: None)
+    return generated.source, _module(path, path.stem)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", ["examples/softmax_rows/model.py", "examples/elementwise_chain/model.py",
+                                     "examples/linear_bias_relu/model.py", "tests/policy/problems/scans.py"])
+def test_the_candidate_is_right_at_drawn_batch_sizes(problem, tmp_path, monkeypatch):
+    source, cand = _candidate(ROOT / problem, tmp_path, monkeypatch)
+    assert "        B = inputs[0].shape[0]\n" in source and "Made for any batch size" in source
+    ref = _module(ROOT / problem, f"ref_{Path(problem).parent.name}_{Path(problem).stem}")
+    torch.manual_seed(0)
+    model = ref.Model(*ref.get_init_inputs())
+    new = cand.ModelNew(*ref.get_init_inputs())
+    new.load_state_dict(model.state_dict())
+    base = ref.get_inputs()
+    batch = base[0].shape[0]
+    for b in (1, 7, batch // 2, 2 * batch):  # 1, a prime, half, double
+        inputs = [_rows(x, b) if x.shape[0] == batch else x for x in base]
+        with torch.no_grad():
+            got, want = new(*inputs), model(*inputs)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, b=b: f"batch {b}: {m}")
+
+
+def _rows(x: torch.Tensor, b: int) -> torch.Tensor:
+    """b rows drawn from x's (values of the problem's own kind: a mask stays a mask)."""
+    rows = x[torch.randint(0, x.shape[0], (b,))]
+    return rows * (0.5 + torch.rand(b, *[1] * (x.dim() - 1))) if x.is_floating_point() else rows
+
+
+def test_a_candidate_made_for_its_shapes_names_them_at_another(tmp_path, monkeypatch):
+    """mse_loss's mean divides by the batch's element count: its kernel is made for 4096 x 4096."""
+    source, cand = _candidate(ROOT / "examples/mse_loss/model.py", tmp_path, monkeypatch, build=False)
+    assert "B = inputs" not in source and "MADE_FOR = [(0, (4096, 4096)), (1, (4096, 4096))]" in source
+    x = torch.zeros(2048, 4096)
+    with pytest.raises(ValueError, match=r"made for inputs\[0\] of shape \[4096, 4096\]; got \[2048, 4096\]"):
+        cand.ModelNew()(x, x)
+
+
+def test_a_generic_candidates_guard_names_the_fixed_dims(tmp_path, monkeypatch):
+    _, cand = _candidate(ROOT / "examples/softmax_rows/model.py", tmp_path, monkeypatch, build=False)
+    with pytest.raises(ValueError, match=r"made for inputs\[0\] of shape \[\*, 4096\]; got \[2048, 2048\]"):
+        cand.ModelNew()(torch.zeros(2048, 2048))
+
+
+def _graph(*shapes: tuple[int, ...]) -> Graph:
+    nodes = {f"n{i}": Node(f"n{i}", "pw", "relu", [], s, "torch.float32") for i, s in enumerate(shapes)}
+    return Graph(nodes, [], 1)
+
+
+def test_dims_that_follow_the_batch_are_written_as_its_expressions():
+    graphs = [_graph((64, 8), (128, 3), (64,)), _graph((3, 8), (6, 3), (3,)), _graph((5, 8), (10, 3), (5,))]
+    assert annotate(graphs, [64, 3, 5])
+    first = graphs[0].nodes
+    assert [shape_py(first[n].shape) for n in first] == ["(B, 8)", "(B * 2, 3)", "(B,)"]
+    assert isinstance(first["n0"].shape[0], Dim) and first["n0"].shape == (64, 8)  # still the traced ints
+    # a dim that changes but not in proportion to the batch (B + 1): no expression, so none at all
+    assert not annotate([_graph((65, 8)), _graph((4, 8)), _graph((6, 8))], [64, 3, 5])
+    assert not annotate([_graph((64, 8)), _graph((3, 8), (1,))], [64, 3])  # other nodes
