@@ -17,6 +17,7 @@ SandboxMode = Literal["auto", "bwrap", "none"]
 ToolCallMode = Literal["native", "text", "auto"]
 TuneStrategy = Literal["auto", "exhaustive", "tpe", "evolution"]
 Allowable = Literal["gemm", "conv"]  # library families --allow may name
+ShapeMode = Literal["off", "auto", "strict"]  # input sets at batch sizes the judge draws (--shapes)
 # The built-in (no-LLM) policy's name: `--model builtin`, chat's `/model builtin`, `--start
 # builtin`, and the model a report names when no LLM wrote the kernel.
 BUILTIN = "builtin"
@@ -29,6 +30,7 @@ SANDBOX_MODES: tuple[str, ...] = get_args(SandboxMode)
 TOOL_CALL_MODES: tuple[str, ...] = get_args(ToolCallMode)
 TUNE_STRATEGIES: tuple[str, ...] = get_args(TuneStrategy)
 ALLOWABLE: tuple[str, ...] = get_args(Allowable)
+SHAPE_MODES: tuple[str, ...] = get_args(ShapeMode)
 
 
 def check_choice(what: str, value: object, choices: tuple[str, ...]) -> None:

@@ -42,6 +42,7 @@ from kcoder.cli_options import (
     PrecisionOpt,
     ProblemArg,
     SandboxOpt,
+    ShapesOpt,
     option,
     with_options,
 )
@@ -89,6 +90,7 @@ def eval_command(
     plain_build: bool = typer.Option(False, "--plain-build",
                                      help="Build exactly as plain load_inline does (no precompiled header)."),
     sandbox: SandboxOpt = "auto",
+    shapes: ShapesOpt = "off",
     as_json: JsonOpt = False,
 ) -> None:
     """Build, verify and time CANDIDATE against PROBLEM; print the verdict."""
@@ -96,7 +98,7 @@ def eval_command(
     from kcoder.problem import ProblemError
 
     settings = _settings(device, allow, precision=precision, stop_after=stop_after, no_compile=no_compile,
-                         budget=budget, plain_build=plain_build, sandbox=sandbox)
+                         budget=budget, plain_build=plain_build, sandbox=sandbox, shapes=shapes)
     try:
         settings.validate()
         verdict = _evaluate_with_status(evaluate, problem, candidate, settings.eval_options(), quiet=as_json)
@@ -173,7 +175,7 @@ def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
     MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE,
-    NO_PREFLIGHT,
+    NO_PREFLIGHT, option("shapes", ShapesOpt, "strict"),
     option("start", Annotated[str | None, typer.Option(
         help="builtin: with --model, start the model from the built-in policy's verified, tuned kernel.")]),
     option("tune_trials", Annotated[int | None, typer.Option(

@@ -18,6 +18,7 @@ from kcoder.settings import (
     Device,
     Precision,
     SandboxMode,
+    ShapeMode,
     Stage,
     ToolCallMode,
 )
@@ -78,6 +79,9 @@ PROFILE = option("profile", Annotated[str | None, typer.Option(
 TOOL_CALL = option("tool_call", Annotated[ToolCallMode | None, typer.Option(
     help="native, text or auto tool calling.")])
 SANDBOX = option("sandbox", SandboxOpt, "auto")
+ShapesOpt = Annotated[ShapeMode, typer.Option(
+    help="Verify at batch sizes the judge draws too (1, a prime, half, double): off, auto (a wrong answer "
+         "there is a note) or strict (a refusal).")]
 VERBOSE = option("verbose", Annotated[bool, typer.Option(
     "--verbose", help="Show whole files and diffs after each tool call (default: one line per call).")], False)
 COMMIT = option("commit", Annotated[bool, typer.Option(

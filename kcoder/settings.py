@@ -18,6 +18,7 @@ from kcoder.choices import (  # the values each option may take (the CLI imports
     Device,
     Precision,
     SandboxMode,
+    ShapeMode,
     Stage,
     StartFrom,
     ToolCallMode,
@@ -60,6 +61,7 @@ class Settings:
     plain_build: bool = False  # build exactly as plain load_inline does (no faster build)
     no_compile: bool = False  # skip the torch.compile baseline
     sandbox: SandboxMode = "auto"  # how the candidate's process is confined (evaluate/sandbox.py)
+    shapes: ShapeMode = "off"  # input sets at batch sizes the judge draws (evaluate/drawnshapes.py)
     # The model (optimize, chat).
     model: str | None = None
     api_base: str | None = None
@@ -88,7 +90,7 @@ class Settings:
         return cls(device=options.device, allow=list(options.allow), precision=options.precision,
                    stop_after=options.stop_after, budget=options.timing_budget_s,
                    plain_build=not options.fast_build, no_compile=not options.compile_baseline,
-                   sandbox=options.sandbox, eval_base=options, **fields)
+                   sandbox=options.sandbox, shapes=options.shapes, eval_base=options, **fields)
 
     def eval_options(self) -> EvalOptions:
         """The evaluator's options for these settings (not validated: see `validate`)."""
@@ -97,7 +99,7 @@ class Settings:
         return replace(self.eval_base or EvalOptions(), device=self.device, allow=list(self.allow),
                        precision=self.precision, stop_after=self.stop_after,
                        timing_budget_s=self.budget, fast_build=not self.plain_build,
-                       compile_baseline=not self.no_compile, sandbox=self.sandbox)
+                       compile_baseline=not self.no_compile, sandbox=self.sandbox, shapes=self.shapes)
 
     def profile_options(self, full: bool = False, **overrides: Any) -> ProfileOptions:
         """The profiler's options for these settings (the device and precision policy);

@@ -32,6 +32,7 @@ class Verdict:
     reason: str = ""
     # Correctness, over every verified call (verification and timed runs).
     n_input_sets: int = 0
+    shapes: str = ""  # "right at N of M batch sizes the judge drew (...)" (drawnshapes.py); "": not asked
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     rel_norm_err: float | None = None

@@ -78,6 +78,7 @@ def print_summary(out: ui.Output, report: dict[str, Any]) -> None:
         ("vs eager", _x(best.speedup_vs_eager if best else None)),
         ("vs torch.compile", f"{_x(best.speedup_vs_compile if best else None)} (target {report['target']:.2f}x)"),
         ("plain build", _plain_build_row(best.plain_build if best else None)),
+        ("batch sizes", best.shapes if best and best.shapes else "not checked"),
         ("speed of light", _sol_row(report.get("reference"), best)),
         ("model", f"{report['model']} ({report['profile']})"),
         ("turns", str(report["turns"])),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kcoder.evaluate.basetimer import Baselines
+from kcoder.evaluate.drawnshapes import output_factor, verify_at_drawn_shapes
 from kcoder.evaluate.drawnweights import verify_with_drawn_weights
 from kcoder.evaluate.harness.channel import ChannelError, Peer, time_value, trace
 from kcoder.evaluate.judgenotes import VerdictNotes
@@ -57,6 +58,7 @@ class Judge:
         self.spawned = 0.0  # wall clock just before the candidate's latest start
         self.output_bytes = 0  # one reference output's bytes (the bound on a shared output's)
         self.call_bytes = 0  # one call's inputs and output (what an arena holds per call)
+        self.batch, self.footprint_mb = 0, 0.0  # the problem's batch size (0: none) and one call's MB
         self.notes = VerdictNotes(verdict)  # notes that say what the checks saw (judgenotes.py)
 
     def seed(self) -> int:
@@ -89,11 +91,14 @@ class Judge:
         v.reference_peak_mb, v.footprint_mb = _round(info.get("reference_peak_mb")), _round(info.get("footprint_mb"))
         # Every checked output makes a trip between the processes: at real sizes, checks during timing are rationed.
         output_mb = info.get("output_mb") if isinstance(info.get("output_mb"), (int, float)) else 0.0
-        self.output_bytes = int(output_mb * 2**20) + 1
         footprint_mb = info.get("footprint_mb") if isinstance(info.get("footprint_mb"), (int, float)) else 0.0
+        self.footprint_mb = footprint_mb
+        self.batch = info.get("batch") if type(info.get("batch")) is int else 0
+        shared_mb = output_mb * output_factor(opts, self.batch, footprint_mb)  # drawn batch sizes' outputs fit too
+        self.output_bytes = int(shared_mb * 2**20) + 1
         self.call_bytes = int(max(footprint_mb - output_mb, output_mb) * 2**20) + 1  # a call's inputs and output
         self.timing_checks_left = max(MIN_TIMING_CHECKS, int(TIMING_CHECK_BUDGET_MB / max(output_mb, 1.0)))
-        self.children.use_shared_memory(output_mb * 2**20)
+        self.children.use_shared_memory(shared_mb * 2**20)
         self.finish_start(first=True)
         if opts.stop_after in ("compile", "build"):
             v.reason = "compiled"
@@ -167,6 +172,7 @@ class Judge:
         for i in range(n):
             self.checked_call("verify", f"input set {i + 1} of {n}", deadline)
         verify_with_drawn_weights(self, deadline)
+        verify_at_drawn_shapes(self, self.batch, self.footprint_mb, deadline)
         v.n_input_sets = n
         v.notes.extend(self.ask_reference(_left(deadline), "verify", op="notes").get("notes", []))
         v.correct = True

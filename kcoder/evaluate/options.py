@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from kcoder.choices import ALLOWABLE, DEVICES, PRECISIONS, SANDBOX_MODES, STAGES, check_choice
+from kcoder.choices import ALLOWABLE, DEVICES, PRECISIONS, SANDBOX_MODES, SHAPE_MODES, STAGES, check_choice
 
 # Set by `kcoder mcp` for the `kcoder optimize` runs it starts: the problem came from an MCP client.
 CONFINE_PROBLEM_ENV = "KCODER_CONFINE_PROBLEM"
@@ -38,6 +38,9 @@ class EvalOptions:
     stop_after: str = "timing"  # "compile" | "build" | "verify" | "timing"
     fast_build: bool = True
     n_input_sets: int = 5
+    # Input sets at batch sizes the judge draws (drawnshapes.py): "off"; "auto" notes where the
+    # candidate is wrong or raises; "strict" refuses a wrong answer there (a raise stays a note).
+    shapes: str = "off"
     seed: int = 0
     build_timeout_s: float = 900.0  # the compiler (inside load_inline)
     import_timeout_s: float = 120.0  # Python start-up and the candidate's module code outside load_inline
@@ -78,6 +81,7 @@ class EvalOptions:
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("stop_after", self.stop_after, STAGES)
         check_choice("--sandbox", self.sandbox, SANDBOX_MODES)
+        check_choice("--shapes", self.shapes, SHAPE_MODES)
         if self.n_input_sets < 5:
             raise ValueError("at least 5 input sets are verified")
 

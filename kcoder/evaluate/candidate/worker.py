@@ -150,6 +150,14 @@ class CandidateServer(BatchOps):
             if op not in TIMING_OPS:
                 self._release()
 
+    def batch_inputs(self, seed: int, rows: int) -> list[Any]:
+        from kcoder.evaluate.harness.verify import batch_inputs
+
+        try:
+            return batch_inputs(self.problem, seed, self.device, rows)
+        except Exception as exc:
+            raise HarnessFault(f"the problem's inputs at batch size {rows}: {first_line(exc)}") from None
+
     def inputs(self, seed: int) -> list[Any]:
         from kcoder.evaluate.harness.verify import make_inputs
 
@@ -158,23 +166,31 @@ class CandidateServer(BatchOps):
         except Exception as exc:
             raise HarnessFault(f"generating inputs: {first_line(exc)}") from None
 
-    def op_verify(self, seed: int, path: str, label: str) -> dict[str, Any]:
+    def op_verify(self, seed: int, path: str, label: str, rows: int | None = None) -> dict[str, Any]:
         """A guarded call on fresh inputs; local checks; the output saved for the judge.
 
         Memory stays near one input set: the output is saved and freed before the inputs are
         compared with a copy made again from the seed; only the previous verification output
-        stays alive (so its memory cannot be handed out again, and reuse shows)."""
+        stays alive (so its memory cannot be handed out again, and reuse shows).
+        rows: the input set at that batch size (drawnshapes.py); an exception the candidate
+        raises there is its answer ("raised"), not a failure: a kernel may be made for its shapes."""
         from kcoder.evaluate.harness.verify import CandidateFailure, check_aliasing, check_unchanged
 
         stage = "verify" if label.startswith("input set") else "timing"
         prefix = "" if stage == "verify" else f"{label}: "
-        inputs = self.inputs(seed)
+        fresh = (lambda: self.batch_inputs(seed, rows)) if rows else (lambda: self.inputs(seed))
+        inputs = fresh()
         try:
-            out = self._guarded(inputs, stage)
+            try:
+                out = self._guarded(inputs, stage)
+            except Failure as exc:
+                if not rows:
+                    raise
+                return {"answered": True, "raised": exc.reason[:300]}
             try:
                 check_aliasing(inputs, out, self.previous, label)
             except CandidateFailure:  # an output in place of an input: say so if it was modified
-                check_unchanged(inputs, self.inputs(seed), label)
+                check_unchanged(inputs, fresh(), label)
                 raise
             self._integrity(stage, label)
             reply = self._save(out, path)
@@ -183,12 +199,12 @@ class CandidateServer(BatchOps):
             del out
             if stage == "verify":  # during timing, keep the allocator's blocks as eager's calls find them
                 self._release()
-            check_unchanged(inputs, self.inputs(seed), label)
+            check_unchanged(inputs, fresh(), label)
         except CandidateFailure as exc:
             raise Failure(stage, f"{prefix}{exc}") from None
         except Failure as exc:
             raise Failure(stage, f"{prefix}{exc.reason}", exc.log) from None
-        return reply
+        return {**reply, "answered": True} if rows else reply
 
     def op_warmup(self, seeds: list[int]) -> dict[str, Any]:
         from kcoder.evaluate.harness.timing import Clock

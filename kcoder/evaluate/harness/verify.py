@@ -38,6 +38,30 @@ def make_inputs(problem: Any, seed: int, device: str) -> list[Any]:
     return [_to_device(x, device, i) for i, x in enumerate(raw)]
 
 
+def batch_positions(inputs: list[Any]) -> list[int]:
+    """The inputs that carry the batch: every tensor whose leading dim is the first tensor's."""
+    import torch
+
+    tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() > 0]
+    return [i for i in tensors if inputs[i].shape[0] == inputs[tensors[0]].shape[0]] if tensors else []
+
+
+def batch_inputs(problem: Any, seed: int, device: str, rows: int) -> list[Any]:
+    """Input set `seed` with `rows` rows in each input that carries the batch: the rows of
+    consecutive draws of get_inputs() (seeds seed, seed + 1 ...), so every value keeps the
+    problem's own kind (an index stays in range, a mask a mask); the other inputs as drawn."""
+    import torch
+
+    first = make_inputs(problem, seed, device)
+    scaled = batch_positions(first)
+    if not scaled:
+        return first
+    draws, batch = [first], first[scaled[0]].shape[0]
+    while batch * len(draws) < rows:
+        draws.append(make_inputs(problem, seed + len(draws), device))
+    return [torch.cat([d[i] for d in draws])[:rows].clone() if i in scaled else x for i, x in enumerate(first)]
+
+
 class ProblemInputError(Exception):
     """The problem's get_inputs()/get_init_inputs() gave something unusable."""
 

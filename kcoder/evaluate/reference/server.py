@@ -123,9 +123,16 @@ class ReferenceServer(TimedOps):
         except Exception as exc:
             raise self._fault(exc) from None
 
-    def call_inputs(self, seed: int, batch: dict[str, Any] | None) -> list[Any]:
+    def call_inputs(self, seed: int, batch: dict[str, Any] | None, rows: int | None = None) -> list[Any]:
         """Input set `seed`, as call `batch["call"]` of a timed batch saw it when `batch` is given
-        (the key's factors replayed: batchrun.perturbed)."""
+        (the key's factors replayed: batchrun.perturbed); at batch size `rows` when given."""
+        if rows:
+            from kcoder.evaluate.harness.verify import batch_inputs
+
+            try:
+                return batch_inputs(self.problem, seed, self.device, rows)
+            except Exception as exc:
+                raise self._fault(exc) from None
         inputs = self.inputs(seed)
         if not batch:
             return inputs
@@ -133,8 +140,8 @@ class ReferenceServer(TimedOps):
 
         return perturbed(self.torch, inputs, int(batch["key"]), int(batch["n"]), int(batch["call"]), self.device)
 
-    def reference(self, seed: int, batch: dict[str, Any] | None = None) -> Any:
-        inputs = self.call_inputs(seed, batch)
+    def reference(self, seed: int, batch: dict[str, Any] | None = None, rows: int | None = None) -> Any:
+        inputs = self.call_inputs(seed, batch, rows)
         try:
             with self.torch.no_grad():
                 out = self.model(*inputs)
@@ -152,10 +159,15 @@ class ReferenceServer(TimedOps):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-        in_bytes = _nbytes(self.inputs(self.options.seed))
+        from kcoder.evaluate.harness.verify import batch_positions
+
+        inputs = self.inputs(self.options.seed)
+        in_bytes, scaled = _nbytes(inputs), batch_positions(inputs)
+        batch = int(inputs[scaled[0]].shape[0]) if scaled else 0
+        del inputs
         out = self.reference(self.options.seed)
         out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
-        info = {"footprint_mb": (in_bytes + 2 * out_bytes) / 2**20, "output_mb": out_bytes / 2**20}
+        info = {"footprint_mb": (in_bytes + 2 * out_bytes) / 2**20, "output_mb": out_bytes / 2**20, "batch": batch}
         if self.device == "cuda":
             torch.cuda.synchronize()
             info["reference_peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2**20
@@ -178,14 +190,15 @@ class ReferenceServer(TimedOps):
             self._release()
 
     def op_check(self, seed: int, path: str, label: str, batch: dict[str, Any] | None = None,
-                 shared: dict[str, Any] | None = None, commitment: list[int] | None = None) -> dict[str, Any]:
+                 shared: dict[str, Any] | None = None, commitment: list[int] | None = None,
+                 rows: int | None = None) -> dict[str, Any]:
         """Compare the candidate's output for input set `seed` (as call `batch` of a timed batch
         saw it) with the reference's: `shared` (its layout) when it came by descriptor, else
         saved at `path`. With `commitment`, its bytes must also be the bytes the candidate's
         process committed to before the judge's clock stopped (batchrun.py)."""
         from kcoder.evaluate.harness.batchrun import commitments
 
-        ref = self.reference(seed, batch)
+        ref = self.reference(seed, batch, rows)
         try:
             out = self._candidate_output(path, shared, ref)
         except Exception as exc:
@@ -197,9 +210,10 @@ class ReferenceServer(TimedOps):
             return {"ok": False, "reason": f"integrity: {label}: the output handed over is not the one its process "
                                            "committed to before the judge's clock stopped (written late, on "
                                            "another stream, or computed when read)"}
-        return self._compare(out, ref, seed, batch)
+        return self._compare(out, ref, seed, batch, rows)
 
-    def _compare(self, out: Any, ref: Any, seed: int, batch: dict[str, Any] | None) -> dict[str, Any]:
+    def _compare(self, out: Any, ref: Any, seed: int, batch: dict[str, Any] | None,
+                 rows: int | None = None) -> dict[str, Any]:
         """The candidate's output against the reference's: the float32 tolerance, else the float64 rule."""
         from kcoder.evaluate.reference.compare import Mismatch, compare_outputs
 
@@ -210,20 +224,20 @@ class ReferenceServer(TimedOps):
             from kcoder.evaluate.reference.compare64 import second_opinion
 
             try:  # the float64 rule, for float32 values only (compare64.py)
-                stats, rule = second_opinion(exc, out, ref, lambda: self.reference_float64(seed, batch, out),
+                stats, rule = second_opinion(exc, out, ref, lambda: self.reference_float64(seed, batch, out, rows),
                                              self.options.precision)
             except Mismatch as final:
                 return {"ok": False, "mismatch": str(final)}
         self.fingerprints.add(_fingerprint(ref))
         return {"ok": True, "stats": stats.__dict__, "rule": rule}
 
-    def reference_float64(self, seed: int, batch: dict[str, Any] | None, out: Any) -> Any:
+    def reference_float64(self, seed: int, batch: dict[str, Any] | None, out: Any, rows: int | None = None) -> Any:
         """Model run in float64 on the upcast inputs and weights of input set `seed` (only
         when the float32 tolerance refused an output, and within compare64.MAX_BYTES)."""
         from kcoder.evaluate.harness.verify import flatten_outputs
         from kcoder.evaluate.reference.compare64 import MAX_BYTES, Float64Unavailable, float64_model, upcast
         torch = self.torch
-        inputs = self.call_inputs(seed, batch)
+        inputs = self.call_inputs(seed, batch, rows)
         out_bytes = sum(t.nbytes for _, t in flatten_outputs(out) if isinstance(t, torch.Tensor))
         need = 2 * (_nbytes(inputs) + out_bytes)
         if need > MAX_BYTES:
