@@ -22,6 +22,7 @@
 # fair:   issue 36's figures in one call (see fair()).
 # measure: PAIRS built, TESTS run, every pair judged, a table (see measure()).
 # quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
+# shapes: issue 48: the examples' CUDA kernels (hand and policy) verified at batch sizes the judge draws.
 # judgeclock: issue 40's figures in one call: the gate, the profiler's markers, every example's CUDA
 #          solution judged (the judge's clock against the in-process events), the clock's GPU tests.
 set -u
@@ -217,6 +218,25 @@ kernels() {
     --out /tmp/kernels_suite > "$out/kernels_suite.log" 2>&1; echo "suite rc=$?"
   grep -E "^[✓✗–] " "$out/kernels_suite.log" | cut -c1-200
   python3 bench/results_table.py "$out/examples-$card.jsonl" | tee "$out/kernels_table.md"
+}
+
+# shapes: issue 48 on the GPU: every example's hand CUDA solution and the policy's CUDA candidate
+#     verified at the batch sizes the judge draws (kcoder eval --shapes auto --stop-after verify), built in
+#     parallel first; a table of "right at N of M" per pair last (the policy's CUDA kernels are made for
+#     their shapes today: their guard's message is the expected note, a wrong answer is the bug to see).
+shapes() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  local sol=/tmp/shapes_sol
+  timeout 200 python3 bench/policy.py --device cuda --emit $sol examples/*/ > "$out/shapes_emit.log" 2>&1
+  { for d in examples/*/; do n=$(basename "$d"); echo "$d/model.py $d/solution_cuda.py"
+      [ -f $sol/$n.py ] && echo "$d/model.py $sol/$n.py"; done; } > /tmp/shapes_pairs.txt
+  prebuild_pairs /tmp/shapes_pairs.txt shapes_build.log
+  while read -r problem cand; do
+    name="$(basename "$(dirname "$problem")")_$(basename "$cand" .py)"
+    timeout 120 python3 -m kcoder eval "$problem" "$cand" --device cuda --shapes auto --stop-after verify --json \
+      > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
+    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"
+  done < /tmp/shapes_pairs.txt | tee "$out/shapes_table.txt"
 }
 
 gpu_card() {  # h100, h200, ... of the first GPU (names the results file)
