@@ -262,15 +262,15 @@ def _trace(model: Any, inputs: list[Any]) -> dict[str, Any]:
 
 
 def batch_plan(inputs: list[Any]) -> tuple[list[int], list[int]] | None:
-    """(the other batch sizes, the positions of the inputs they scale): every tensor input whose
-    leading dim is the first tensor input's; None without such an input."""
-    import torch
+    """(the other batch sizes, the positions of the inputs they scale): the inputs that carry the
+    batch as the judge's drawn batch sizes see them (harness/verify.batch_positions); None without."""
+    from kcoder.evaluate.harness.verify import batch_positions
 
-    tensors = [i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor) and v.dim() > 0]
-    if not tensors or inputs[tensors[0]].shape[0] == 0:
+    scaled = batch_positions(inputs)
+    if not scaled or inputs[scaled[0]].shape[0] == 0:
         return None
-    batch = inputs[tensors[0]].shape[0]
-    return [b for b in BATCH_SIZES if b != batch][:2], [i for i in tensors if inputs[i].shape[0] == batch]
+    batch = inputs[scaled[0]].shape[0]
+    return [b for b in BATCH_SIZES if b != batch][:2], scaled
 
 
 def _rows(value: Any, b: int) -> Any:
