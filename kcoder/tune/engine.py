@@ -275,8 +275,10 @@ class Search:
         if built is not None and not built[0].compiled:
             verdict = built[0]  # a failed build is final: no point timing it
         else:
+            # a point is judged at the problem's shapes only: the file written back is verified at
+            # the drawn batch sizes too (final_check keeps the options' --shapes), a point need not be
             verdict = self.evaluate(self.problem, file, replace(self.options, stop_after="timing",
-                                                                compile_baseline=False))
+                                                                compile_baseline=False, shapes="off"))
             if fut is None and verdict.compiled and self.topts.resources and self.options.device == "cuda":
                 from kcoder.tune.resources import point_resources
 
