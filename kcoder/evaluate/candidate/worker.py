@@ -150,21 +150,17 @@ class CandidateServer(BatchOps):
             if op not in TIMING_OPS:
                 self._release()
 
-    def batch_inputs(self, seed: int, rows: int) -> list[Any]:
-        from kcoder.evaluate.harness.verify import batch_inputs
+    def inputs(self, seed: int, rows: int | None = None) -> list[Any]:
+        """Input set `seed`; at batch size `rows` when given (drawnshapes.py)."""
+        from kcoder.evaluate.harness.verify import batch_inputs, make_inputs
 
         try:
-            return batch_inputs(self.problem, seed, self.device, rows)
-        except Exception as exc:
-            raise HarnessFault(f"the problem's inputs at batch size {rows}: {first_line(exc)}") from None
-
-    def inputs(self, seed: int) -> list[Any]:
-        from kcoder.evaluate.harness.verify import make_inputs
-
-        try:
+            if rows:
+                return batch_inputs(self.problem, seed, self.device, rows)
             return make_inputs(self.problem, seed, self.device)
         except Exception as exc:
-            raise HarnessFault(f"generating inputs: {first_line(exc)}") from None
+            at = f" at batch size {rows}" if rows else ""
+            raise HarnessFault(f"generating inputs{at}: {first_line(exc)}") from None
 
     def op_verify(self, seed: int, path: str, label: str, rows: int | None = None) -> dict[str, Any]:
         """A guarded call on fresh inputs; local checks; the output saved for the judge.
@@ -178,7 +174,7 @@ class CandidateServer(BatchOps):
 
         stage = "verify" if label.startswith("input set") else "timing"
         prefix = "" if stage == "verify" else f"{label}: "
-        fresh = (lambda: self.batch_inputs(seed, rows)) if rows else (lambda: self.inputs(seed))
+        fresh = lambda: self.inputs(seed, rows)  # noqa: E731  made again for the checks below
         inputs = fresh()
         try:
             try:

@@ -115,10 +115,13 @@ class ReferenceServer(TimedOps):
         where, _ = file_traceback(exc, str(self.problem_path))
         return ProblemFault(f"the problem file failed{where}: {first_line(exc)}")
 
-    def inputs(self, seed: int) -> list[Any]:
-        from kcoder.evaluate.harness.verify import make_inputs
+    def inputs(self, seed: int, rows: int | None = None) -> list[Any]:
+        """Input set `seed`; at batch size `rows` when given (drawnshapes.py)."""
+        from kcoder.evaluate.harness.verify import batch_inputs, make_inputs
 
         try:
+            if rows:
+                return batch_inputs(self.problem, seed, self.device, rows)
             return make_inputs(self.problem, seed, self.device)
         except Exception as exc:
             raise self._fault(exc) from None
@@ -127,12 +130,7 @@ class ReferenceServer(TimedOps):
         """Input set `seed`, as call `batch["call"]` of a timed batch saw it when `batch` is given
         (the key's factors replayed: batchrun.perturbed); at batch size `rows` when given."""
         if rows:
-            from kcoder.evaluate.harness.verify import batch_inputs
-
-            try:
-                return batch_inputs(self.problem, seed, self.device, rows)
-            except Exception as exc:
-                raise self._fault(exc) from None
+            return self.inputs(seed, rows)
         inputs = self.inputs(seed)
         if not batch:
             return inputs
