@@ -77,6 +77,15 @@ def _expr(values: list[int], sizes: list[int]) -> str | None | bool:
     return BATCH if c == 1 else f"{BATCH} * {c}"
 
 
+def traced_batch(graph: Any) -> int | None:
+    """The batch size `graph` was traced at, read from its first Dim (None: no dim follows it)."""
+    for node in graph.nodes.values():
+        for size in node.shape or ():
+            if isinstance(size, Dim):
+                return int(size) // (int(size.expr.split("*")[1]) if "*" in size.expr else 1)
+    return None
+
+
 def made_for(graph: Any, generic: bool) -> list[tuple[int, tuple[int | None, ...]]]:
     """(input position, shape) of every tensor input, None where any size is accepted (a dim
     that follows the batch, when the candidate is batch-generic): forward's guard."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kcoder.policy.batchdims import BATCH, traced_batch
 from kcoder.policy.graph import Graph
 from kcoder.policy.interpret import run_steps
 from kcoder.policy.kernel import Plan
@@ -121,8 +122,12 @@ def kernel_geometry(plan: Plan, graph: Graph) -> dict[str, Geometry]:
         elif node.op in ("param", "buffer"):
             state[node.attrs["key"]] = meta(node)
     ext = _Recorder()
+    scope: dict[str, object] = {"_dev": torch.device("meta"), "inputs": inputs}
+    batch = traced_batch(graph)
+    if batch is not None:  # the steps of a candidate for any batch size name B (batchdims.py)
+        scope[BATCH] = batch
     # interpreted, never exec'd: the steps' names came from the captured graph (interpret.py)
-    run_steps(plan.lines, {"_dev": torch.device("meta"), "inputs": inputs}, _Owner(state), ext)
+    run_steps(plan.lines, scope, _Owner(state), ext)
     out: dict[str, Geometry] = {}
     for kernel in plan.kernels:
         calls = ext.calls.get(kernel.name, [])

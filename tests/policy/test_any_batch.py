@@ -100,3 +100,14 @@ def test_dims_that_follow_the_batch_are_written_as_its_expressions():
     # a dim that changes but not in proportion to the batch (B + 1): no expression, so none at all
     assert not annotate([_graph((65, 8)), _graph((4, 8)), _graph((6, 8))], [64, 3, 5])
     assert not annotate([_graph((64, 8)), _graph((3, 8), (1,))], [64, 3])  # other nodes
+
+
+@pytest.mark.parametrize("problem", ["examples/softmax_rows/model.py", "examples/mse_loss/model.py"])
+def test_cuda_candidates_render_after_the_batch_traces(problem, tmp_path):
+    """The CUDA renderer runs forward's steps on meta tensors (geometry.py) for every traced batch
+    size; steps written in B must be understood there, and a kernel with its shapes baked in is
+    then made for the problem's shapes (3f4adea rendered no CUDA candidate at all)."""
+    generated = generate(ROOT / problem, Settings(device="cuda", allow=["gemm"]), tmp_path / "work")
+    assert generated.source is not None, generated.error
+    assert "__global__" in generated.source and "Made for any batch size" not in generated.source
+    assert "MADE_FOR = [(0, (" in generated.source and "B = inputs" not in generated.source
