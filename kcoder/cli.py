@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kcoder.choices import TuneStrategy
+from kcoder.choices import SHAPE_MODES, TuneStrategy
 from kcoder.cli_options import (
     ALLOW,
     API_BASE,
@@ -43,6 +43,7 @@ from kcoder.cli_options import (
     ProblemArg,
     SandboxOpt,
     ShapesOpt,
+    ShapesSizesOpt,
     option,
     with_options,
 )
@@ -72,7 +73,10 @@ def _bad_input(message: str, as_json: bool) -> None:
 
 
 def _settings(device: Device | None, allow: str | None, **fields: Any) -> Settings:
-    """One command's Settings; the device defaults to cuda when a GPU is present."""
+    """One command's Settings; the device defaults to cuda when a GPU is present. `--shapes
+    NAME=SIZES` (optimize) is strict checking plus the sizes to judge the best kernel at."""
+    if fields.get("shapes") is not None and fields["shapes"] not in SHAPE_MODES:
+        fields["shapes"], fields["sizes"] = "strict", fields["shapes"]
     return Settings(device=device or default_device(), allow=parse_allow(allow), **fields)
 
 
@@ -175,7 +179,7 @@ def tune_command(problem: ProblemArg, candidate: CandidateArg, **options: Any) -
     help="Stop at a verified candidate this many times faster than torch.compile.")], DEFAULT_TARGET),
     KEEP_GOING, option("max_turns", Annotated[int, typer.Option(help="Turn limit.")], 200),
     MAX_COST, MAX_TIME, RESUME, ALLOW, PRECISION, RUNS_DIR, PROFILE, TOOL_CALL, SANDBOX, COMMIT, VERBOSE,
-    NO_PREFLIGHT, option("shapes", ShapesOpt, "strict"),
+    NO_PREFLIGHT, option("shapes", ShapesSizesOpt, "strict"),
     option("start", Annotated[str | None, typer.Option(
         help="builtin: with --model, start the model from the built-in policy's verified, tuned kernel.")]),
     option("tune_trials", Annotated[int | None, typer.Option(

@@ -82,6 +82,10 @@ SANDBOX = option("sandbox", SandboxOpt, "auto")
 ShapesOpt = Annotated[ShapeMode, typer.Option(
     help="Verify at batch sizes the judge draws too (1, a prime, half, double): off, auto (a wrong answer "
          "there is a note) or strict (a refusal).")]
+ShapesSizesOpt = Annotated[str, typer.Option(
+    "--shapes", help="Verify at batch sizes the judge draws too: off, auto (a wrong answer there is a note) or "
+    "strict (a refusal); or NAME=SIZES (e.g. x=1,257,4096; * is the problem's own): strict, and the best kernel "
+    "judged again at each size, with its speed-up vs torch.compile there.")]
 VERBOSE = option("verbose", Annotated[bool, typer.Option(
     "--verbose", help="Show whole files and diffs after each tool call (default: one line per call).")], False)
 COMMIT = option("commit", Annotated[bool, typer.Option(

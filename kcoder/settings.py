@@ -62,6 +62,7 @@ class Settings:
     no_compile: bool = False  # skip the torch.compile baseline
     sandbox: SandboxMode = "auto"  # how the candidate's process is confined (evaluate/sandbox.py)
     shapes: ShapeMode = "off"  # input sets at batch sizes the judge draws (evaluate/drawnshapes.py)
+    sizes: str | None = None  # optimize --shapes NAME=SIZES: the best kernel judged at each (agent/sizes.py)
     # The model (optimize, chat).
     model: str | None = None
     api_base: str | None = None
@@ -119,6 +120,10 @@ class Settings:
             check_choice("tool-call mode", self.tool_call, TOOL_CALL_MODES)
         if self.start is not None:
             check_choice("--start", self.start, (BUILTIN,))
+        if self.sizes is not None:
+            from kcoder.agent.sizes import parse_sizes
+
+            parse_sizes(self.sizes)
         if self.tune_trials is not None and self.tune_trials < 1:
             raise ValueError("--tune-trials must be at least 1")
         if self.target <= 0 or self.max_turns < 1:

@@ -288,9 +288,20 @@ def render_report_md(report: dict[str, Any]) -> str:
             f"{_fmt(best.get('eager_us'), ' us')}  ·  compile: {_fmt(best.get('compile_us'), ' us')}"),
             f"- share of the speed of light: {_fmt(best.get('candidate_sol_fraction'))}",
         ]
+    lines += _sizes_md(report.get("sizes"))
     lines += _policy_md(report.get("policy"))
     lines.append("")
     return "\n".join(lines)
+
+
+def _sizes_md(sizes: dict[str, Any] | None) -> list[str]:
+    """optimize --shapes NAME=SIZES: the best kernel judged at each size (agent/sizes.py)."""
+    if not sizes:
+        return []
+    from kcoder.agent.sizes import size_lines
+
+    return ["", f"## By batch size (--shapes {sizes['spec']})", "",
+            *[f"- {line}" for line in size_lines(sizes["rows"], sizes["name"])]]
 
 
 def _policy_md(policy: dict[str, Any] | None) -> list[str]:

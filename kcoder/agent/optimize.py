@@ -22,7 +22,7 @@ from kcoder.agent.report import build_report, commit_record, print_summary
 from kcoder.agent.toolbox import Evaluator
 from kcoder.problem import ProblemError, load_problem
 from kcoder.settings import BUILTIN, Settings
-from kcoder.verdict import plain_build_ok
+from kcoder.verdict import Verdict, plain_build_ok
 from kcoder.workspace import Workspace, WorkspaceError
 
 BUILTIN_MESSAGE = ("no --model: running kcoder's built-in policy (kernels from templates, autotuned, "
@@ -46,6 +46,10 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
         resolve_model(settings)  # a bad profile or a missing key: before a run directory exists
         ws = Workspace.open(settings.resume) if settings.resume else Workspace.create(
             Path(load_problem(problem).path), settings.runs_dir)  # ProblemError names the file
+        if settings.sizes:  # a name forward lacks: said now, not after the run
+            from kcoder.agent.sizes import forward_position, parse_sizes
+
+            forward_position(ws.problem_path(), parse_sizes(settings.sizes).name)
         pre = roofline_preflight(ws, settings, out)  # baselines + speed of light (agent/preflight.py)
         if pre.out_of_reach:
             return stop_report(ws, settings, out, pre, profile=resolve_model(settings)[0].name)
@@ -74,12 +78,26 @@ def optimize(problem: Path, settings: Settings, out: ui.Output, *,
     report = build_report(ws, result, model=model, profile=agent.meta["profile"],
                           device=settings.device, target=settings.target)
     report.update(policy_notes(agent.llm, ws))
+    if settings.sizes and result.best and result.status != "interrupted":
+        report["sizes"] = judge_sizes(ws, settings, result.best, evaluator, out)
     ws.write_report(report)
     print_summary(out, report)
     code = 0 if result.best and plain_build_ok(result.best) else 1
     if settings.commit and code == 0 and result.status != "interrupted":  # stopped: commit nothing
         code = commit_best(ws, problem, model, out)
     return code
+
+
+def judge_sizes(ws: Workspace, settings: Settings, best: Verdict, evaluator: Evaluator | None,
+                out: ui.Output) -> dict[str, Any]:
+    """--shapes NAME=SIZES: the best kernel judged again at each size (agent/sizes.py)."""
+    from kcoder.agent.sizes import parse_sizes, speed_at_sizes
+    from kcoder.evaluate import evaluate
+
+    spec = parse_sizes(settings.sizes or "")
+    rows = speed_at_sizes(ws.problem_path(), ws.best_dir / "model_new.py", spec, best, settings.eval_options(),
+                          evaluator or evaluate, ws.root / "sizes", say=out.say)
+    return {"name": spec.name, "spec": spec.text, "rows": rows}
 
 
 def start_from_builtin(ws: Workspace, settings: Settings, out: ui.Output, evaluator: Evaluator | None) -> str:

@@ -86,6 +86,11 @@ def print_summary(out: ui.Output, report: dict[str, Any]) -> None:
         ("cost", f"${report['cost']:.4f}"),
         ("report", str(Path(report["run_dir"]) / "report.md")),
     ]
+    sizes = report.get("sizes")
+    if sizes:
+        from kcoder.agent.sizes import size_lines
+
+        rows.insert(7, ("by batch size", "\n".join(size_lines(sizes["rows"], sizes["name"]))))
     policy = report.get("policy") or {}
     if policy.get("kernels"):
         rows.insert(6, ("kernels", "\n".join(policy["kernels"])))

@@ -78,7 +78,8 @@ def test_unsupported_module_is_named_in_output_and_report(tmp_path):
 def test_optimize_without_model_through_the_cli(tmp_path):
     problem = _copy(EXAMPLE, tmp_path)
     runs = tmp_path / "runs"
-    proc = run_kcoder("optimize", str(problem), "--device", "cpu", "--tune-trials", "1", "--runs-dir", str(runs))
+    proc = run_kcoder("optimize", str(problem), "--device", "cpu", "--tune-trials", "1", "--runs-dir", str(runs),
+                      "--shapes", "x=3,*")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("no --model: running kcoder's built-in policy")
     run_dir = next(runs.iterdir())
@@ -92,6 +93,13 @@ def test_optimize_without_model_through_the_cli(tmp_path):
     assert tools[:3] == ["write_file", "verify", "tune"], tools
     assert tools[3:] in ([], ["finish"]) if report["target_reached"] else tools[3:] == ["finish"], tools
     assert "## Built-in policy" in (run_dir / "report.md").read_text()
+    # --shapes x=3,*: the best kernel judged again at 3 rows, by the judge, against compile there
+    three, own = report["sizes"]["rows"]
+    assert three["batch"] == "3" and three["correct"] and three["candidate_us"] > 0 and three["compile_us"] > 0
+    assert own["batch"] == "*" and own["candidate_us"] == report["best"]["candidate_us"]
+    assert "right at 4 of 4 batch sizes" in report["best"]["shapes"]  # strict drawn shapes came with it
+    assert f"x=3: {three['speedup_vs_compile']:.2f}x vs torch.compile" in proc.stdout
+    assert "## By batch size (--shapes x=3,*)" in (run_dir / "report.md").read_text()
     assert problem.read_text() == EXAMPLE.read_text()  # the user's file is never modified
 
 
