@@ -20,7 +20,10 @@ from kcoder.evaluate.harness.batchrun import (  # noqa: E402
 )
 from kcoder.evaluate.judgeclock import (  # noqa: E402
     BAND,
+    PROBE_CALLS,
     SLACK_US,
+    Batch,
+    BatchClock,
     Calibration,
     GatePage,
     _commitments,
@@ -164,3 +167,25 @@ def test_the_calibration_is_a_line_under_every_fastest_batch():
     assert line.per_call_s == pytest.approx((0.0041 - 0.0012) / 63)
     assert Calibration.from_value(line.to_list()) == line
     assert Calibration.from_value([1.0, -2.0, 0.0]) is None and Calibration.from_value("x") is None
+
+
+def test_the_batches_are_sized_by_the_faster_of_two_probes():
+    """The first probe pays what happens once (a fresh arena faulted in, threads woken): sized by
+    it alone, a cpu candidate of 0.7 ms a call got batches of 2 calls, and each batch's own start
+    doubled its figure."""
+
+    class Scripted(BatchClock):
+        def __init__(self, seconds):
+            self.cuda, self.seconds, self.sizes = False, list(seconds), []
+
+        def batch(self, n, calibration):
+            self.sizes.append(n)
+            return Batch(n, self.seconds.pop(0) if self.seconds else 0.0007 * n, 1, 1, [], False)
+
+    line = Calibration(fixed_s=0.0, per_call_s=0.0, spread_s=1e-6)
+    clock = Scripted([0.081, 0.0028])
+    assert clock.hint_us(line) == pytest.approx(700.0)
+    assert clock.sizes == [PROBE_CALLS, PROBE_CALLS]
+    clock = Scripted([0.081, 0.0028])
+    figure = clock.figure(line, keep_bytes=4 << 20, budget_s=1.0)
+    assert figure.n == 71 and figure.samples == pytest.approx([700.0] * 5)
