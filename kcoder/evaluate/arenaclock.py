@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kcoder.evaluate.freeze import freeze, thaw
 from kcoder.evaluate.harness.channel import ChannelError
 from kcoder.evaluate.judgeclock import Batch, BatchClock, Endpoint
 
@@ -108,6 +109,11 @@ class ArenaClock(BatchClock):
         assert cand is not None
         seed, key = secrets.randbelow(2**31 - 1) + 1, secrets.randbits(32)
         layout, fds = self._arena(n, seed, key, "candidate", False, cand.endpoint.peer.proc.pid)
+        # The reference process stopped while the candidate's batch runs: after writing the inputs its
+        # idle OpenMP threads spin for milliseconds, and on a host with few cores they took the
+        # candidate's cores (a 1-row softmax read 8.7 ms a call instead of 11 us). The candidate's
+        # processes are stopped in turn while the reference process runs (`batch`).
+        reference = freeze(self.ep.peer.proc.pid)
         try:
             started = time.monotonic()  # before it can run at all: whatever it does from here is timed
             cand.thaw(stopped)
@@ -124,6 +130,7 @@ class ArenaClock(BatchClock):
             raise
         finally:
             _close(fds)
+            thaw(reference)
         stopped |= cand.freeze()  # nothing of the candidate's runs while its outputs are read
         cand.endpoint.expect(done, "done")
         self._check(n)

@@ -29,7 +29,8 @@ from kcoder.verdict import SPEEDUP_MARGIN
 
 # 2: the SOL figures carry the physical floor (floor.py); 3: every figure by the judge's clock (judgeclock.py);
 # 4: the batches' calibration (measured in the reference process alone) is kept with them
-FORMAT = 5  # 5: cpu batches in arenas (arenaclock.py): calibrations and figures of 4 do not apply (cpu)
+FORMAT = 7  # 5: cpu batches in arenas (arenaclock.py): calibrations and figures of 4 do not apply (cpu)
+# 6, 7: the timed processes' heap maps nothing on its own (harness/timing.py ALLOCATOR_ENV)
 MAX_AGE_S = 24 * 3600.0  # clocks, drivers and thermal state drift: measure again after a day
 FRESH_ENV = "KCODER_FRESH_BASELINES"
 # Environment that changes what torch.compile produces or how torch runs (by prefix).

@@ -7,6 +7,10 @@ leading dim at run time); any other is not expressible, and the candidate is the
 problem's own shapes. The planner sees plain ints (Dim is an int); only the Python shapes
 forward renders carry the expression.
 
+A float constant that is 1 / (c * batch + d) in every trace (a mean's 1/N over dims that include
+the batch, a variance's 1/(N - correction)) becomes a BatchScalar on the cpu target: the C++
+computes it at run time from `kc_batch`, which forward sets from B (emit_cpu.py).
+
 Whether a kernel depends on the batch is not reasoned out: the candidate is planned and rendered
 for every traced batch size, and it is batch-generic only if every rendering is the same text. A
 constant that follows the batch (a mean's 1/N), a shape baked into a CUDA kernel, a layout chosen
@@ -32,6 +36,19 @@ class Dim(int):
         return dim
 
 
+class BatchScalar(float):
+    """A float constant 1 / (c * B + d): its value at the traced batch, and `cexpr` in C++ terms of
+    the run-time `kc_batch` (computed in double and rounded once, as the literal was)."""
+
+    cexpr: str
+
+    def __new__(cls, value: float, c: int, d: int) -> BatchScalar:
+        scalar = super().__new__(cls, value)
+        count = f"kc_batch * {c}" + (f" + {d}" if d > 0 else f" - {-d}" if d < 0 else "")
+        scalar.cexpr = f"((float)(1.0 / (double)({count})))"
+        return scalar
+
+
 def dim_py(size: int) -> str:
     return size.expr if isinstance(size, Dim) else repr(int(size))
 
@@ -42,14 +59,17 @@ def shape_py(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def annotate(graphs: list[Any], sizes: list[int]) -> bool:
+def annotate(graphs: list[Any], sizes: list[int], scalars: bool = False) -> bool:
     """Mark, in every graph, the dims that are c * batch in all of them (graphs[i] traced at batch
-    sizes[i]); False when the graphs' nodes differ or a dim changes in any other way."""
+    sizes[i]), and with `scalars` the float constants that are 1 / (c * batch + d); False when the
+    graphs' nodes differ or a dim changes in any other way."""
     names = [list(g.nodes) for g in graphs]
     if any(n != names[0] for n in names[1:]):
         return False
     for name in names[0]:
         nodes = [g.nodes[name] for g in graphs]
+        if scalars and not _mark_scalars(nodes, sizes):
+            return False
         shapes = [tuple(n.shape) if n.shape is not None else None for n in nodes]
         if any((s is None) != (shapes[0] is None) for s in shapes):
             return False
@@ -63,6 +83,39 @@ def annotate(graphs: list[Any], sizes: list[int]) -> bool:
         for node, shape in zip(nodes, shapes, strict=True):
             node.shape = tuple(Dim(v, e) if isinstance(e, str) else v for v, e in zip(shape, exprs, strict=True))
     return True
+
+
+def _mark_scalars(nodes: list[Any], sizes: list[int]) -> bool:
+    """A pointwise node's float args that differ between traces marked as BatchScalar; False
+    when one differs in any other way (the candidate is then made for the problem's shapes)."""
+    if nodes[0].kind != "pw" or any(len(n.args) != len(nodes[0].args) for n in nodes):
+        return True
+    for i in range(len(nodes[0].args)):
+        values = [n.args[i] for n in nodes]
+        if not all(isinstance(v, float) for v in values) or all(v == values[0] for v in values):
+            continue
+        fit = _reciprocal(values, sizes)
+        if fit is None:
+            return False
+        for node, value in zip(nodes, values, strict=True):
+            node.args = [*node.args[:i], BatchScalar(value, *fit), *node.args[i + 1:]]
+    return True
+
+
+def _reciprocal(values: list[float], sizes: list[int]) -> tuple[int, int] | None:
+    """(c, d) with values[k] == 1 / (c * sizes[k] + d) in every trace (whole c, d), or None."""
+    if any(v == 0 or v != v or abs(v) == float("inf") for v in values):
+        return None
+    counts = [round(1.0 / v) for v in values]
+    if any(abs(1.0 / v - n) > 1e-6 * abs(n) for v, n in zip(values, counts, strict=True)):
+        return None
+    if sizes[0] == sizes[1] or (counts[0] - counts[1]) % (sizes[0] - sizes[1]):
+        return None
+    c = (counts[0] - counts[1]) // (sizes[0] - sizes[1])
+    d = counts[0] - c * sizes[0]
+    if c <= 0 or any(n != c * b + d for n, b in zip(counts, sizes, strict=True)):
+        return None
+    return c, d
 
 
 def _expr(values: list[int], sizes: list[int]) -> str | None | bool:

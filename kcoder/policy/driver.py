@@ -77,7 +77,7 @@ def any_batch(data: dict[str, Any], settings: Settings, name: str) -> str | None
     graphs = [load_graph(data)] + [load_graph(g) for g in batches["graphs"]]
     for g in graphs:
         rewrite(g, settings.allow)
-    if not annotate(graphs, batches["sizes"]):
+    if not annotate(graphs, batches["sizes"], scalars=settings.device == "cpu"):  # CUDA: sizes baked in
         return None
     try:
         texts = [render_program(plan_graph(g, settings.allow), g, settings.device, name, batches["scaled"][0])

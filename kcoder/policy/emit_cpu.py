@@ -131,6 +131,13 @@ static inline Acc c_argmin(Acc a, Acc b) { return (a.v == a.v && (b.v < a.v || b
 }  // namespace kc
 """
 
+# The batch size forward was called at, for the constants that follow it (a mean's 1/N over the
+# batch): set by forward before the kernels run (program.py), read by them.
+BATCH_VAR = "kc_batch"
+BATCH_SETTER = f"""static int64_t {BATCH_VAR} = 1;
+void {BATCH_VAR}_set(int64_t b) {{ {BATCH_VAR} = b; }}
+"""
+
 PARALLEL_FOR = """#if CHUNK > 0
   #pragma omp parallel for schedule(dynamic, CHUNK)
 #else
@@ -331,7 +338,10 @@ def render_cpu(plan: Plan) -> str:
     """The cpp_sources text: includes, helpers, one function per kernel."""
     parts = ["#include <torch/extension.h>", "#include <omp.h>", "#include <algorithm>", "#include <cmath>",
              "#include <cstring>", "#include <vector>", GEOM, CPU_HELPERS, CPU_MATH]
+    kernels = []
     for kernel in plan.kernels:
         body = render_scan(kernel) if kernel.scan else render_rows(kernel) if kernel.dims else render_pointwise(kernel)
-        parts.append("\n".join(body) + "\n")
-    return "\n".join(parts)
+        kernels.append("\n".join(body) + "\n")
+    if any(BATCH_VAR in k for k in kernels):  # a constant that follows the batch (batchdims.BatchScalar)
+        parts.append(BATCH_SETTER)
+    return "\n".join(parts + kernels)

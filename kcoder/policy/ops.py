@@ -18,6 +18,9 @@ def lit(value: Any) -> str:
     """A Python scalar as a C++ literal (float32 arithmetic)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    cexpr = getattr(value, "cexpr", None)  # a constant that follows the batch (batchdims.BatchScalar)
+    if cexpr is not None:
+        return cexpr
     if isinstance(value, (int, float)):
         v = float(value)
         if math.isnan(v):

@@ -100,12 +100,14 @@ def _state(graph: Graph) -> list[tuple[str, tuple[int, ...], str, str]]:
     return out
 
 
-def _forward(plan: Plan, graph: Graph, batch_input: int | None) -> str:
+def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool = False) -> str:
     first = next((n.attrs["key"] for n in graph.nodes.values() if n.kind == "source" and n.op == "input"), None)
     lines = [f"_dev = inputs[{first}].device" if first is not None else "_dev = next(self.parameters()).device",
              "_check_shapes(inputs)"]
     if batch_input is not None:
         lines.append(f"{BATCH} = inputs[{batch_input}].shape[0]")
+        if set_batch:  # the kernels' constants that follow the batch (emit_cpu.BATCH_SETTER)
+            lines.append(f"_ext.{emit_cpu.BATCH_VAR}_set({BATCH})")
     lines += plan.lines
     result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
     lines.append(f"return {result}")
@@ -117,6 +119,7 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
     input whose leading dim is the batch B that the graph's Dim sizes follow (batchdims.py);
     None: made for the captured shapes, which forward checks."""
     kernels = "\n".join(f"  {k.name}: {k.describe()}" for k in plan.kernels)
+    set_batch = False
     functions = [k.name for k in plan.kernels]
     how = ("The kernels are generated for the shapes and strides the capture saw (the bindings check\n"
            "them); contiguous float data moves as 128-bit vectors." if device == "cuda" else
@@ -129,7 +132,10 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
                         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"]
     if device == "cpu":
         parts.append(f"TUNE = {emit_cpu.TUNE!r}\nCONFIG = {emit_cpu.CONFIG!r}\n")
-        parts.append(f'CPP_SOURCE = r"""\n{emit_cpu.render_cpu(plan)}"""\n')
+        cpp = emit_cpu.render_cpu(plan)
+        set_batch = emit_cpu.BATCH_SETTER in cpp
+        functions += [f"{emit_cpu.BATCH_VAR}_set"] if set_batch else []
+        parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n')
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
         cpp, cuda = emit_cuda.render_cuda(plan, graph)
@@ -137,5 +143,5 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))
     parts.append(MODEL.format(state=_state(graph), made_for=made_for(graph, batch_input is not None),
-                              body=_forward(plan, graph, batch_input)))
+                              body=_forward(plan, graph, batch_input, set_batch)))
     return "\n".join(parts)

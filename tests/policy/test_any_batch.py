@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kcoder.policy.batchdims import Dim, annotate, shape_py
+from kcoder.policy.batchdims import BatchScalar, Dim, annotate, shape_py
 from kcoder.policy.driver import generate
 from kcoder.policy.nodes import Graph, Node
 from kcoder.settings import Settings
@@ -47,7 +47,8 @@ def _candidate(problem: Path, tmp_path: Path, monkeypatch, build: bool = True):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("problem", ["examples/softmax_rows/model.py", "examples/elementwise_chain/model.py",
-                                     "examples/linear_bias_relu/model.py", "tests/policy/problems/scans.py"])
+                                     "examples/linear_bias_relu/model.py", "tests/policy/problems/scans.py",
+                                     "examples/mse_loss/model.py"])
 def test_the_candidate_is_right_at_drawn_batch_sizes(problem, tmp_path, monkeypatch):
     source, cand = _candidate(ROOT / problem, tmp_path, monkeypatch)
     assert "        B = inputs[0].shape[0]\n" in source and "Made for any batch size" in source
@@ -71,13 +72,40 @@ def _rows(x: torch.Tensor, b: int) -> torch.Tensor:
     return rows * (0.5 + torch.rand(b, *[1] * (x.dim() - 1))) if x.is_floating_point() else rows
 
 
+SCALED_BY_BATCH = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * x.shape[0]
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 def test_a_candidate_made_for_its_shapes_names_them_at_another(tmp_path, monkeypatch):
-    """mse_loss's mean divides by the batch's element count: its kernel is made for 4096 x 4096."""
-    source, cand = _candidate(ROOT / "examples/mse_loss/model.py", tmp_path, monkeypatch, build=False)
-    assert "B = inputs" not in source and "MADE_FOR = [(0, (4096, 4096)), (1, (4096, 4096))]" in source
-    x = torch.zeros(2048, 4096)
-    with pytest.raises(ValueError, match=r"made for inputs\[0\] of shape \[4096, 4096\]; got \[2048, 4096\]"):
-        cand.ModelNew()(x, x)
+    """A constant that follows the batch in no way the policy writes (here the batch itself, as a
+    factor): the kernel is made for 64 x 32, and forward says so at another size."""
+    problem = tmp_path / "scaled_by_batch.py"
+    problem.write_text(SCALED_BY_BATCH)
+    source, cand = _candidate(problem, tmp_path, monkeypatch, build=False)
+    assert "B = inputs" not in source and "MADE_FOR = [(0, (64, 32))]" in source
+    with pytest.raises(ValueError, match=r"made for inputs\[0\] of shape \[64, 32\]; got \[8, 32\]"):
+        cand.ModelNew()(torch.zeros(8, 32))
+
+
+def test_a_mean_over_the_batch_divides_by_the_batch_at_run_time(tmp_path, monkeypatch):
+    """mse_loss's 1/N (N = B * 4096) is computed by the C++ from the B forward sets."""
+    source, _ = _candidate(ROOT / "examples/mse_loss/model.py", tmp_path, monkeypatch, build=False)
+    assert "Made for any batch size" in source and "_ext.kc_batch_set(B)" in source
+    assert "(v_mean__sum * ((float)(1.0 / (double)(kc_batch * 4096))))" in source
 
 
 def test_a_generic_candidates_guard_names_the_fixed_dims(tmp_path, monkeypatch):
@@ -100,6 +128,24 @@ def test_dims_that_follow_the_batch_are_written_as_its_expressions():
     # a dim that changes but not in proportion to the batch (B + 1): no expression, so none at all
     assert not annotate([_graph((65, 8)), _graph((4, 8)), _graph((6, 8))], [64, 3, 5])
     assert not annotate([_graph((64, 8)), _graph((3, 8), (1,))], [64, 3])  # other nodes
+
+
+def _scaled(*values: float) -> list[Graph]:
+    return [Graph({"m": Node("m", "pw", "mul", ["x", v], (4,), "torch.float32")}, [], 1) for v in values]
+
+
+def test_constants_that_follow_the_batch_become_run_time_expressions():
+    sizes = [64, 3, 5]
+    graphs = _scaled(*(1.0 / (8 * b) for b in sizes))  # a mean over the batch and a dim of 8
+    assert annotate(graphs, sizes, scalars=True)
+    scale = graphs[0].nodes["m"].args[1]
+    assert isinstance(scale, BatchScalar) and scale == 1.0 / 512
+    assert scale.cexpr == "((float)(1.0 / (double)(kc_batch * 8)))"
+    graphs = _scaled(*(1.0 / (8 * b - 1) for b in sizes))  # a variance's 1/(N - 1)
+    assert annotate(graphs, sizes, scalars=True)
+    assert graphs[1].nodes["m"].args[1].cexpr == "((float)(1.0 / (double)(kc_batch * 8 - 1)))"
+    assert not annotate(_scaled(*(0.5 * b for b in sizes)), sizes, scalars=True)  # B / 2: no expression
+    assert annotate(_scaled(*(0.5 * b for b in sizes)), sizes)  # the cuda target: scalars left alone
 
 
 @pytest.mark.parametrize("problem", ["examples/softmax_rows/model.py", "examples/mse_loss/model.py"])

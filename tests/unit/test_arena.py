@@ -184,3 +184,51 @@ def test_the_candidates_calibration_is_timed_in_the_reference_process_while_it_i
     assert batch.n == 6 and batch.seconds > 0
     assert events == [("freeze",), ("reference", "arena", "eager", True), ("reference", "go"),
                       ("reference", "done"), ("thaw", [4242])]
+
+
+def test_the_reference_process_is_stopped_while_the_candidates_batch_runs():
+    """Its idle OpenMP threads spin after it writes the inputs; on a 2-core host they took the
+    candidate's cores (a 1-row softmax read 150-200 us a call by the judge's clock, 17-31 us with
+    the reference stopped). Stopped from before the clock until the candidate's "done"."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from kcoder.evaluate.arenaclock import ArenaClock, CandidateSide
+    from kcoder.evaluate.freeze import _state
+    from kcoder.evaluate.judgeclock import Endpoint
+
+    ref_proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    seen = {}
+    try:
+        class Reference:
+            proc = ref_proc
+
+            def request(self, limit_s, **message):
+                seen.setdefault(message["op"], _state(ref_proc.pid))
+                return {"arena": {"n": message["n"]}} if message["op"] == "arena" else {"ok": True}
+
+        class Candidate:
+            proc = SimpleNamespace(pid=4242)
+
+            def send(self, **message):
+                seen["candidate's go"] = _state(ref_proc.pid)
+
+            def receive(self, limit_s, watch=True):
+                seen["candidate's done"] = _state(ref_proc.pid)
+                return {"done": True}
+
+        def expect(reply, key):
+            assert key in reply, (reply, key)
+            return reply
+
+        side = CandidateSide(Endpoint(Candidate(), AssertionError, expect), None, lambda: set(), lambda pids: None,
+                             lambda result, label: None)
+        clock = ArenaClock(Endpoint(Reference(), AssertionError, expect), None, time.monotonic() + 10, candidate=side)
+        clock.batch(3, calibration=False)
+        assert seen["arena"] != "T" and seen["arena_check"] != "T"  # it writes the inputs and checks awake
+        assert seen["candidate's go"] == "T" and seen["candidate's done"] == "T"
+        assert _state(ref_proc.pid) != "T"
+    finally:
+        ref_proc.kill()
+        ref_proc.wait()

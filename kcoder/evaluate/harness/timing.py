@@ -18,11 +18,14 @@ from typing import Any
 # before, so two processes running the same code could differ for good: in some, every MB-sized
 # tensor that CPU eager allocates and frees was handed back to the kernel and page-faulted in again
 # on each call (2016 minor faults per round of tests/problems/scale_add.py, against 0 in the others;
-# 1 process in 5 with one thread, 3 in 5 with two), which timed eager 3-15x slower. Fixed
-# thresholds end the lottery: blocks under 32 MiB come from a heap that is never trimmed below
-# 1 GiB of free top (what a process used at its peak stays its own), larger ones are mapped and
-# unmapped every time, in every process alike.
-ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
+# 1 process in 5 with one thread, 3 in 5 with two), which timed eager 3-15x slower. The same lottery
+# held for blocks of 32 MiB and more: mapped and faulted in on every call, unless the heap's top
+# happened to hold that much free (examples/elementwise_chain's 32 MiB output: its solution read
+# 5.8 or 20 ms a call by the process, eager 18 or 80 ms). So nothing is mapped on its own
+# (MALLOC_MMAP_MAX_=0): every block comes from a heap never trimmed below 1 GiB of free top, and
+# what a process used at its peak stays its own, in every process alike.
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30),
+                 "MALLOC_MMAP_MAX_": "0"}
 HOST_OVERLAP_S = 50e-6  # the GPU's head start before each timed call, grown to cover the host
 MAX_HOST_OVERLAP_S = 5e-3
 
