@@ -23,6 +23,9 @@
 # measure: PAIRS built, TESTS run, every pair judged, a table (see measure()).
 # quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
 # shapes: issue 48: the examples' CUDA kernels (hand and policy) verified at batch sizes the judge draws.
+# gap:    issue 46 item 2: why the policy's CUDA kernels lose to the hand solutions (elementwise_chain,
+#         softmax_rows): plain-event rates with the launching loop's host time (probe_rates.py), and
+#         kcoder profile --summary of each (see gap()).
 # judgeclock: issue 40's figures in one call: the gate, the profiler's markers, every example's CUDA
 #          solution judged (the judge's clock against the in-process events), the clock's GPU tests.
 set -u
@@ -237,6 +240,33 @@ shapes() {
       > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
     python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"
   done < /tmp/shapes_pairs.txt | tee "$out/shapes_table.txt"
+}
+
+gap() {
+  export PATH="$PWD/.whl/bin:$PATH"
+  local sol=/tmp/gap_sol ex p c
+  timeout 200 python3 bench/policy.py --device cuda --emit $sol examples/elementwise_chain/ examples/softmax_rows/ \
+    > "$out/gap_emit.log" 2>&1
+  for ex in elementwise_chain softmax_rows; do
+    for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
+      timeout 200 python3 -m kcoder eval "examples/$ex/model.py" "$c" --device cuda --stop-after build --json \
+        > "$out/gap_build_${ex}_$(basename "$c" .py).json" 2>&1 &
+    done
+  done
+  wait
+  echo "gap: built ($(( $(date +%s) - start )) s)"
+  for ex in elementwise_chain softmax_rows; do
+    timeout 150 python3 tests/gpu/probe_rates.py "examples/$ex" "$sol/$ex.py" > "$out/gap_rates_$ex.log" 2>&1 &
+  done
+  wait
+  for ex in elementwise_chain softmax_rows; do
+    for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
+      timeout 120 python3 -m kcoder profile "examples/$ex/model.py" "$c" --summary \
+        > "$out/gap_profile_${ex}_$(basename "$c" .py).txt" 2>&1
+    done
+  done
+  grep -h RATE "$out"/gap_rates_*.log
+  for f in "$out"/gap_profile_*.txt; do echo "== $f"; head -c 1200 "$f"; echo; done
 }
 
 gpu_card() {  # h100, h200, ... of the first GPU (names the results file)
