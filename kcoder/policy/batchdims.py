@@ -25,15 +25,23 @@ from typing import Any
 BATCH = "B"
 
 
+BATCH_VAR = "kc_batch"  # the same batch in the cpu kernels' C++ (emit_cpu.BATCH_SETTER sets it)
+
+
 class Dim(int):
-    """A size that follows the batch: its value at the traced batch, and `expr` in terms of B."""
+    """A size that follows the batch: its value at the traced batch, `factor` times the batch."""
 
-    expr: str
+    factor: int
 
-    def __new__(cls, value: int, expr: str) -> Dim:
+    def __new__(cls, value: int, factor: int) -> Dim:
         dim = super().__new__(cls, value)
-        dim.expr = expr
+        dim.factor = factor
         return dim
+
+    @property
+    def expr(self) -> str:
+        """The size in terms of B, as forward writes it."""
+        return BATCH if self.factor == 1 else f"{BATCH} * {self.factor}"
 
 
 class BatchScalar(float):
@@ -44,7 +52,7 @@ class BatchScalar(float):
 
     def __new__(cls, value: float, c: int, d: int) -> BatchScalar:
         scalar = super().__new__(cls, value)
-        count = f"kc_batch * {c}" + (f" + {d}" if d > 0 else f" - {-d}" if d < 0 else "")
+        count = f"{BATCH_VAR} * {c}" + (f" + {d}" if d > 0 else f" - {-d}" if d < 0 else "")
         scalar.cexpr = f"((float)(1.0 / (double)({count})))"
         return scalar
 
@@ -77,11 +85,11 @@ def annotate(graphs: list[Any], sizes: list[int], scalars: bool = False) -> bool
             continue
         if any(len(s) != len(shapes[0]) for s in shapes):
             return False
-        exprs = [_expr([s[d] for s in shapes], sizes) for d in range(len(shapes[0]))]
-        if any(e is False for e in exprs):
+        factors = [_factor([s[d] for s in shapes], sizes) for d in range(len(shapes[0]))]
+        if any(f is False for f in factors):
             return False
         for node, shape in zip(nodes, shapes, strict=True):
-            node.shape = tuple(Dim(v, e) if isinstance(e, str) else v for v, e in zip(shape, exprs, strict=True))
+            node.shape = tuple(v if f is None else Dim(v, f) for v, f in zip(shape, factors, strict=True))
     return True
 
 
@@ -118,8 +126,8 @@ def _reciprocal(values: list[float], sizes: list[int]) -> tuple[int, int] | None
     return c, d
 
 
-def _expr(values: list[int], sizes: list[int]) -> str | None | bool:
-    """None: a constant; "B * c": c times the batch in every trace; False: neither."""
+def _factor(values: list[int], sizes: list[int]) -> int | None | bool:
+    """None: a constant; c: c times the batch in every trace; False: neither."""
     if all(v == values[0] for v in values):
         return None
     if values[0] % sizes[0] or values[0] == 0:
@@ -127,7 +135,7 @@ def _expr(values: list[int], sizes: list[int]) -> str | None | bool:
     c = values[0] // sizes[0]
     if any(v != c * b for v, b in zip(values, sizes, strict=True)):
         return False
-    return BATCH if c == 1 else f"{BATCH} * {c}"
+    return c
 
 
 def traced_batch(graph: Any) -> int | None:
@@ -135,7 +143,7 @@ def traced_batch(graph: Any) -> int | None:
     for node in graph.nodes.values():
         for size in node.shape or ():
             if isinstance(size, Dim):
-                return int(size) // (int(size.expr.split("*")[1]) if "*" in size.expr else 1)
+                return int(size) // size.factor
     return None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcoder.policy import emit_cpu, emit_cuda
-from kcoder.policy.batchdims import BATCH, made_for
+from kcoder.policy.batchdims import BATCH, BATCH_VAR, made_for
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
 
@@ -107,7 +107,7 @@ def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool 
     if batch_input is not None:
         lines.append(f"{BATCH} = inputs[{batch_input}].shape[0]")
         if set_batch:  # the kernels' constants that follow the batch (emit_cpu.BATCH_SETTER)
-            lines.append(f"_ext.{emit_cpu.BATCH_VAR}_set({BATCH})")
+            lines.append(f"_ext.{BATCH_VAR}_set({BATCH})")
     lines += plan.lines
     result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
     lines.append(f"return {result}")
@@ -134,7 +134,7 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
         parts.append(f"TUNE = {emit_cpu.TUNE!r}\nCONFIG = {emit_cpu.CONFIG!r}\n")
         cpp = emit_cpu.render_cpu(plan)
         set_batch = emit_cpu.BATCH_SETTER in cpp
-        functions += [f"{emit_cpu.BATCH_VAR}_set"] if set_batch else []
+        functions += [f"{BATCH_VAR}_set"] if set_batch else []
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n')
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
