@@ -244,17 +244,13 @@ shapes() {
 
 gap() {
   export PATH="$PWD/.whl/bin:$PATH"
-  local sol=/tmp/gap_sol ex p c
+  local sol=/tmp/gap_sol ex c
   timeout 200 python3 bench/policy.py --device cuda --emit $sol examples/elementwise_chain/ examples/softmax_rows/ \
     > "$out/gap_emit.log" 2>&1
   for ex in elementwise_chain softmax_rows; do
-    for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
-      timeout 200 python3 -m kcoder eval "examples/$ex/model.py" "$c" --device cuda --stop-after build --json \
-        > "$out/gap_build_${ex}_$(basename "$c" .py).json" 2>&1 &
-    done
-  done
-  wait
-  echo "gap: built ($(( $(date +%s) - start )) s)"
+    echo "examples/$ex/model.py examples/$ex/solution_cuda.py"; echo "examples/$ex/model.py $sol/$ex.py"
+  done > /tmp/gap_pairs.txt
+  prebuild_pairs /tmp/gap_pairs.txt gap_build.log 300
   for ex in elementwise_chain softmax_rows; do
     timeout 150 python3 tests/gpu/probe_rates.py "examples/$ex" "$sol/$ex.py" > "$out/gap_rates_$ex.log" 2>&1 &
   done
