@@ -33,8 +33,9 @@ def _signal(pids: set[int], sig: int) -> None:
 
 
 def freeze(root: int | None) -> set[int]:
-    """`root` (the candidate's process as the judge started it) and every process below it
-    stopped; returns them (for `thaw`). Every process of the candidate's is below `root`: in
+    """`root` (a process the judge started: the candidate's, or the reference's while the
+    candidate's batch runs, arenaclock.py) and every process below it stopped; returns them (for
+    `thaw`). Every process of the candidate's is below `root`: in
     bwrap's PID namespace an orphan is re-parented to the namespace's first process, and without
     bwrap to the reaper (a child subreaper), both below `root`. Processes found after the first
     stop (started in between) are stopped too."""
