@@ -252,9 +252,9 @@ gap() {
   done > /tmp/gap_pairs.txt
   prebuild_pairs /tmp/gap_pairs.txt gap_build.log 300
   for ex in elementwise_chain softmax_rows; do
-    timeout 150 python3 tests/gpu/probe_rates.py "examples/$ex" "$sol/$ex.py" > "$out/gap_rates_$ex.log" 2>&1 &
+    # one at a time: two timing loops on one GPU would slow each other
+    timeout 150 python3 tests/gpu/probe_rates.py "examples/$ex" "$sol/$ex.py" > "$out/gap_rates_$ex.log" 2>&1
   done
-  wait
   for ex in elementwise_chain softmax_rows; do
     for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
       timeout 120 python3 -m kcoder profile "examples/$ex/model.py" "$c" --summary \
