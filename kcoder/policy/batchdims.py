@@ -25,7 +25,12 @@ from typing import Any
 BATCH = "B"
 
 
-BATCH_VAR = "kc_batch"  # the same batch in the cpu kernels' C++ (emit_cpu.BATCH_SETTER sets it)
+BATCH_VAR = "kc_batch"  # the same batch in the kernels' C++ (BATCH_SETTER sets it)
+# The batch size forward was called at, for the constants that follow it (a mean's 1/N over the
+# batch, a CUDA kernel's row count): set by forward before the kernels run (program.py).
+BATCH_SETTER = f"""static int64_t {BATCH_VAR} = 1;
+void {BATCH_VAR}_set(int64_t b) {{ {BATCH_VAR} = b; }}
+"""
 
 
 class Dim(int):

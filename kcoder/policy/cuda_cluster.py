@@ -46,7 +46,7 @@ def _head(u: Unit) -> list[str]:
              "  extern __shared__ float4 kc_row[];  // this block's chunk of each kept operand",
              "  __shared__ Acc sh[32];", f"  __shared__ Acc kc_part[{max(1, len(k.stages))}];"]
     lines += pointers(u)
-    lines += [f"  constexpr {it} kO = {u.g.O}, kL = {u.g.L}, kCH = {u.chunk};",
+    lines += [f"  constexpr {it} kO = {u.g.O};", f"  constexpr {it} kL = {u.g.L}, kCH = {u.chunk};",
               f"  const {it} o = blockIdx.x / {u.cl};",
               f"  const {it} lo = ({it})kc_cluster_rank() * kCH;",
               f"  const {it} hi = lo + kCH < kL ? lo + kCH : kL;"]

@@ -185,7 +185,10 @@ def offset(sizes: list[int], strides: list[int], var: str, itype: str) -> str:
     return " + ".join(terms) if terms else f"({itype})0"
 
 
+INT_SPAN = (1 << 31) - (1 << 24)  # the reach below which offsets are 32-bit (index_type)
+
+
 def index_type(geo: Geometry) -> str:
     """int when every offset fits with room to spare (a loop index runs up to a few tiles past
     the end before its bound check), else 64-bit."""
-    return "int" if geo.span() < (1 << 31) - (1 << 24) else "long long"
+    return "int" if geo.span() < INT_SPAN else "long long"

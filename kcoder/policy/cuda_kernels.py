@@ -30,7 +30,7 @@ def pointwise_kernel(u: Unit) -> list[str]:
     stores = {i for i, _ in k.stores if i in u.vec}
     lines = ["template <int V>", f"__global__ void __launch_bounds__(THREADS) {k.name}_kernel(const KPtrs a) {{"]
     lines += pointers(u)
-    lines += [f"  constexpr {it} kL = {u.g.L}, kN = {u.g.O * u.g.L};",
+    lines += [f"  constexpr {it} kL = {u.g.L};", f"  constexpr {it} kN = {u.g.O * u.g.L};",
               f"  const {it} first = (({it})blockIdx.x * THREADS * UNROLL + threadIdx.x) * V;",
               "  #pragma unroll", "  for (int n = 0; n < UNROLL; ++n) {",
               f"    const {it} i0 = first + ({it})n * THREADS * V;",

@@ -30,13 +30,17 @@ PERSIST_COLUMN = 128  # most elements of a column a column block keeps in regist
 class Unit:
     """One kernel with its geometry: what every renderer below needs."""
 
-    def __init__(self, kernel: Kernel, geo: Geometry, layout: str | None = None) -> None:
+    def __init__(self, kernel: Kernel, geo: Geometry, layout: str | None = None, fixed: tuple | None = None) -> None:
+        """fixed: another Unit's `choices()` (the same kernel at another batch size): its layout
+        and index width, not this geometry's."""
         self.k, self.g, self.it = kernel, geo, index_type(geo)
         self.layout = layout or (row_layout(kernel) if kernel.dims else "pointwise")
         # cluster layout (cuda_cluster.py): blocks per row, elements per block, the operands
         # kept in shared memory
         self.cl, self.chunk, self.smem = 0, 0, set()
-        if layout is None and self.layout in ("block", "split"):
+        if fixed is not None:
+            self.layout, self.it, self.cl, self.chunk, self.smem = fixed
+        elif layout is None and self.layout in ("block", "split"):
             fit = cluster_fit(kernel, geo)
             if fit:
                 self.layout, (self.cl, self.chunk, self.smem) = "cluster", fit
@@ -46,6 +50,10 @@ class Unit:
                     if inner_ok and not op.row and op.ctype == "float" and geo.ist[i][0] == 1
                     and geo.offsets[i] % VEC == 0 and all(s % VEC == 0 for s in geo.ost[i])}
         self.cached = self._persistent()
+
+    def choices(self) -> tuple:
+        """What this geometry chose (layout, index width, cluster): `fixed` of another Unit."""
+        return self.layout, self.it, self.cl, self.chunk, set(self.smem)
 
     def _persistent(self) -> set[int]:
         """The operands a row kernel reads once into registers, when it passes over its rows
@@ -275,4 +283,4 @@ def outputs(u: Unit) -> tuple[list[str], set[int], list[tuple[int, str]]]:
 
 def head(u: Unit, params: str, shared: list[str]) -> list[str]:
     return (["template <int V>", f"__global__ void __launch_bounds__(THREADS) {u.k.name}_kernel({params}) {{"]
-            + shared + pointers(u) + [f"  constexpr {u.it} kO = {u.g.O}, kL = {u.g.L};"])
+            + shared + pointers(u) + [f"  constexpr {u.it} kO = {u.g.O};", f"  constexpr {u.it} kL = {u.g.L};"])

@@ -66,6 +66,8 @@ def any_batch(data: dict[str, Any], settings: Settings, name: str) -> str | None
     """The candidate written for any batch size (batchdims.py), or None when its text would
     differ from one traced batch size to another (it is then made for the problem's shapes)."""
     from kcoder.policy.batchdims import annotate
+    from kcoder.policy.cuda_batch import generalize
+    from kcoder.policy.emit_cuda import units
     from kcoder.policy.graph import load_graph
     from kcoder.policy.plan import Unsupported, plan_graph
     from kcoder.policy.program import render_program
@@ -77,15 +79,22 @@ def any_batch(data: dict[str, Any], settings: Settings, name: str) -> str | None
     graphs = [load_graph(data)] + [load_graph(g) for g in batches["graphs"]]
     for g in graphs:
         rewrite(g, settings.allow)
-    if not annotate(graphs, batches["sizes"], scalars=settings.device == "cpu"):  # CUDA: sizes baked in
+    if not annotate(graphs, batches["sizes"], scalars=True):
         return None
     try:
-        texts = [render_program(plan_graph(g, settings.allow), g, settings.device, name, batches["scaled"][0])
-                 for g in graphs]
-    except Unsupported:
+        plans = [plan_graph(g, settings.allow) for g in graphs]
+        # every traced size rendered with the layouts chosen at the problem's own (cuda)
+        fixed = ({u.k.name: u.choices() for u in units(plans[0], graphs[0])} if settings.device == "cuda" else None)
+        texts = [render_program(p, g, settings.device, name, batches["scaled"][0], fixed)
+                 for p, g in zip(plans, graphs, strict=True)]
+    except (Unsupported, ValueError):
         return None
     code = [t.split('"""', 2)[2] for t in texts]  # the header describes each trace's own shapes
-    return texts[0] if all(c == code[0] for c in code[1:]) else None
+    if all(c == code[0] for c in code[1:]):
+        return texts[0]
+    # cuda: the sizes are literals; those that follow the batch become expressions of it
+    generic = generalize(code, batches["sizes"]) if settings.device == "cuda" else None
+    return None if generic is None else texts[0][:len(texts[0]) - len(code[0])] + generic
 
 
 def read_notes(ws: Workspace) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from kcoder.policy.batchdims import BATCH_VAR
+from kcoder.policy.batchdims import BATCH_SETTER, BATCH_VAR
 from kcoder.policy.cpu_math import CPU_MATH
 from kcoder.policy.emit_common import closure, row_levels, substitute
 from kcoder.policy.kernel import Kernel, Plan, Stmt
@@ -132,11 +132,6 @@ static inline Acc c_argmin(Acc a, Acc b) { return (a.v == a.v && (b.v < a.v || b
 }  // namespace kc
 """
 
-# The batch size forward was called at, for the constants that follow it (a mean's 1/N over the
-# batch: batchdims.BatchScalar): set by forward before the kernels run (program.py), read by them.
-BATCH_SETTER = f"""static int64_t {BATCH_VAR} = 1;
-void {BATCH_VAR}_set(int64_t b) {{ {BATCH_VAR} = b; }}
-"""
 
 PARALLEL_FOR = """#if CHUNK > 0
   #pragma omp parallel for schedule(dynamic, CHUNK)

@@ -36,8 +36,9 @@ point of its space is different code.
 
 from __future__ import annotations
 
+from kcoder.policy.batchdims import BATCH_SETTER, BATCH_VAR
 from kcoder.policy.cuda_cluster import cluster_kernel, cluster_launch
-from kcoder.policy.cuda_device import HELPERS
+from kcoder.policy.cuda_device import HELPERS, INT_SPAN
 from kcoder.policy.cuda_kernels import pointwise_kernel, row_kernel, split_kernels
 from kcoder.policy.cuda_unit import SPLIT_MAX, Unit, row_layout
 from kcoder.policy.emit_cuda_scan import scan_kernel, warp_scan_kernel
@@ -59,6 +60,8 @@ def launcher(u: Unit) -> list[str]:
     lines = [f"cudaError_t launch_{k.name}({params}) {{"]
     if u.g.O * u.g.L == 0:
         return lines + ["  return cudaSuccess;", "}"]
+    # a constant here; a run-time check in a candidate for any batch size (an empty batch: no grid)
+    lines.append(f"  if ({u.g.O * u.g.L}LL == 0) return cudaSuccess;")
     grid = {"pointwise": f"(unsigned)(({u.g.O * u.g.L}LL + THREADS * V * UNROLL - 1) / (THREADS * V * UNROLL))",
             "block": f"{u.g.O}u", "warp": f"(unsigned)(({u.g.O}LL + THREADS / 32 - 1) / (THREADS / 32))",
             "thread": f"(unsigned)(({u.g.O}LL + THREADS - 1) / THREADS)",
@@ -84,9 +87,10 @@ def _c_list(values) -> str:
     return "{" + ", ".join(f"{int(v)}LL" for v in values) + "}"
 
 
-def binding(u: Unit) -> list[str]:
+def binding(u: Unit, batch: bool = False) -> list[str]:
     """The C++ entry point: operands checked against the generated sizes, strides and dtypes
-    (a clear error, never a wrong read), pointers, alignment for the vector path, scratch."""
+    (a clear error, never a wrong read), pointers, alignment for the vector path, scratch.
+    batch: the kernels read the run-time batch (a candidate for any batch size, cuda_batch.py)."""
     k, g, n = u.k, u.g, len(u.k.operands)
     split = u.layout == "split"
     ns = max(1, len(k.stages))
@@ -116,7 +120,8 @@ def binding(u: Unit) -> list[str]:
             "t[k].strides(), \"; this kernel was generated for sizes \", c10::IntArrayRef(sizes), \" and strides \", "
             "c10::IntArrayRef(strides[k]), \" (the shapes the capture saw): generate it again for other shapes\");",
             "  }",
-            "  KPtrs a{};",
+            *span_check(u),
+            "  KPtrs a{};", *([f"  a.batch = {BATCH_VAR};"] if batch else []),
             f"  for (size_t k = 0; k < {n}; ++k) a.p[k] = t[k].data_ptr();",
             f"  const bool vec = {aligned};",
             "  const c10::cuda::CUDAGuard guard(t[0].device());", *scratch,
@@ -124,7 +129,18 @@ def binding(u: Unit) -> list[str]:
             "}"]
 
 
-def units(plan: Plan, graph: Graph) -> list[Unit]:
+def span_check(u: Unit) -> list[str]:
+    """32-bit offsets hold the operands' reach: a constant check here, a run-time one once
+    cuda_batch.py has written the reach in terms of the batch."""
+    if u.it != "int":
+        return []
+    return [f"  TORCH_CHECK({u.g.span()}LL < {INT_SPAN}LL, \"{u.k.name}: its operands reach past the 32-bit offsets "
+            "it was generated with: generate it again for this size\");"]
+
+
+def units(plan: Plan, graph: Graph, fixed: dict[str, tuple] | None = None) -> list[Unit]:
+    """Each kernel with its geometry; fixed: the choices (Unit.choices) made at another batch size,
+    by kernel name (a candidate for any batch size renders every traced size with the problem's)."""
     geometry = kernel_geometry(plan, graph)
     out = []
     for kernel in plan.kernels:
@@ -132,24 +148,32 @@ def units(plan: Plan, graph: Graph) -> list[Unit]:
             raise ValueError(f"{kernel.name}: its operands' shapes could not be determined from forward")
         if len(kernel.operands) > MAXT:
             raise ValueError(f"{kernel.name}: {len(kernel.operands)} operands (at most {MAXT})")
-        out.append(Unit(kernel, geometry[kernel.name]))
+        out.append(Unit(kernel, geometry[kernel.name], fixed=(fixed or {}).get(kernel.name)))
     return out
 
 
 MAXT = 24
 
 
-PTRS = f"struct KPtrs {{ void* p[{MAXT}]; }};\n"
+PTRS = f"struct KPtrs {{ void* p[{MAXT}]; long long batch; }};\n"
+# In the CUDA unit the batch is the kernels' (and launchers') argument `a`'s, under the name the
+# C++ unit's global has: an expression of it reads the same in both (cuda_batch.py).
+BATCH_IN_KERNELS = f"#define {BATCH_VAR} (a.batch)\n"
 
 
-def render_cuda(plan: Plan, graph: Graph) -> tuple[str, str]:
-    """(cpp_sources, cuda_sources) for the plan's kernels."""
+def render_cuda(plan: Plan, graph: Graph, batch: bool = False,
+                fixed: dict[str, tuple] | None = None) -> tuple[str, str]:
+    """(cpp_sources, cuda_sources) for the plan's kernels; batch: forward sets the run-time batch
+    (BATCH_SETTER) and the kernels get it (a candidate for any batch size); fixed: units()'s."""
     cpp = ["#include <torch/extension.h>", "#include <c10/cuda/CUDAStream.h>", "#include <c10/cuda/CUDAGuard.h>",
            "#include <c10/cuda/CUDAException.h>", "#include <cstdint>", "#include <vector>", PTRS]
     cuda = ["#include <cuda_runtime.h>", "#include <math.h>", "#include <algorithm>", "#include <cstdint>",
             PTRS, HELPERS]
-    for u in units(plan, graph):
-        cpp.append("\n".join(binding(u)) + "\n")
+    if batch:
+        cpp.append(BATCH_SETTER)
+        cuda.append(BATCH_IN_KERNELS)
+    for u in units(plan, graph, fixed):
+        cpp.append("\n".join(binding(u, batch)) + "\n")
         if u.k.scan:
             body = warp_scan_kernel(u) if u.layout == "warp" else scan_kernel(u)
         elif u.layout == "pointwise":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcoder.policy import emit_cpu, emit_cuda
-from kcoder.policy.batchdims import BATCH, BATCH_VAR, made_for
+from kcoder.policy.batchdims import BATCH, BATCH_SETTER, BATCH_VAR, made_for
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
 
@@ -106,7 +106,7 @@ def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool 
              "_check_shapes(inputs)"]
     if batch_input is not None:
         lines.append(f"{BATCH} = inputs[{batch_input}].shape[0]")
-        if set_batch:  # the kernels' constants that follow the batch (emit_cpu.BATCH_SETTER)
+        if set_batch:  # the kernels' constants that follow the batch (batchdims.BATCH_SETTER)
             lines.append(f"_ext.{BATCH_VAR}_set({BATCH})")
     lines += plan.lines
     result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
@@ -114,10 +114,12 @@ def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool 
     return "\n".join("        " + line for line in lines)
 
 
-def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_input: int | None = None) -> str:
+def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_input: int | None = None,
+                   fixed: dict[str, tuple] | None = None) -> str:
     """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA). batch_input: the
     input whose leading dim is the batch B that the graph's Dim sizes follow (batchdims.py);
-    None: made for the captured shapes, which forward checks."""
+    None: made for the captured shapes, which forward checks. fixed: the cuda kernels' choices
+    made at the problem's own batch size (emit_cuda.units)."""
     kernels = "\n".join(f"  {k.name}: {k.describe()}" for k in plan.kernels)
     set_batch = False
     functions = [k.name for k in plan.kernels]
@@ -133,12 +135,14 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
     if device == "cpu":
         parts.append(f"TUNE = {emit_cpu.TUNE!r}\nCONFIG = {emit_cpu.CONFIG!r}\n")
         cpp = emit_cpu.render_cpu(plan)
-        set_batch = emit_cpu.BATCH_SETTER in cpp
+        set_batch = BATCH_SETTER in cpp
         functions += [f"{BATCH_VAR}_set"] if set_batch else []
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n')
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
-        cpp, cuda = emit_cuda.render_cuda(plan, graph)
+        set_batch = batch_input is not None  # its sizes that follow the batch: cuda_batch.py
+        cpp, cuda = emit_cuda.render_cuda(plan, graph, set_batch, fixed)
+        functions += [f"{BATCH_VAR}_set"] if set_batch else []
         parts.append(f"TUNE = {emit_cuda.tune_space(cuda)!r}\nCONFIG = {emit_cuda.tune_config(cuda)!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))

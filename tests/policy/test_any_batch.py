@@ -146,7 +146,7 @@ def test_constants_that_follow_the_batch_become_run_time_expressions():
     assert annotate(graphs, sizes, scalars=True)
     assert graphs[1].nodes["m"].args[1].cexpr == "((float)(1.0 / (double)(kc_batch * 8 - 1)))"
     assert not annotate(_scaled(*(0.5 * b for b in sizes)), sizes, scalars=True)  # B / 2: no expression
-    assert annotate(_scaled(*(0.5 * b for b in sizes)), sizes)  # the cuda target: scalars left alone
+    assert annotate(_scaled(*(0.5 * b for b in sizes)), sizes)  # scalars=False: floats not compared
 
 
 @pytest.mark.parametrize("problem", ["tests/policy/problems/reductions.py"])
