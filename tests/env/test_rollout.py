@@ -73,16 +73,15 @@ def test_bad_usage_exits_2(tmp_path):
 @pytest.mark.slow
 def test_builtin_policy_rollout_through_the_cli(tmp_path):
     out = tmp_path / "out"
-    problems = [PROBLEMS / "scale_add.py", PROBLEMS / "tiny_output.py", POLICY_PROBLEMS / "sort.py"]
+    problems = [PROBLEMS / "scale_add.py", POLICY_PROBLEMS / "sort.py"]  # one episode that ends, one refused
     proc = run_kcoder("rollout", *map(str, problems), "--policy", "builtin", "--device", "cpu", "--tune-trials", "1",
                       "--no-compile", "--budget", "0.3", "--max-turns", "6", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     episodes = {p.stem: check_episode(p) for p in (out / "episodes").glob("*.jsonl")}
-    assert sorted(episodes) == ["scale_add-000", "sort-000", "tiny_output-000"]
-    for name in ("scale_add-000", "tiny_output-000"):
-        ep = episodes[name]
-        assert ep["reward"] >= 1 and ep["verdict"]["correct"] and ep["status"] == "finished", ep["message"]
-        tools = [tc["function"]["name"] for m in ep["messages"] for tc in m.get("tool_calls") or []]
-        assert tools == ["write_file", "verify", "tune", "finish"]
+    assert sorted(episodes) == ["scale_add-000", "sort-000"]
+    ep = episodes["scale_add-000"]
+    assert ep["reward"] >= 1 and ep["verdict"]["correct"] and ep["status"] == "finished", ep["message"]
+    tools = [tc["function"]["name"] for m in ep["messages"] for tc in m.get("tool_calls") or []]
+    assert tools == ["write_file", "verify", "tune", "finish"]
     sort = episodes["sort-000"]
     assert sort["reward"] == 0 and sort["verdict"] is None and "aten.sort" in sort["messages"][2]["content"]

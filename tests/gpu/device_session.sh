@@ -229,17 +229,23 @@ kernels() {
 #     their shapes today: their guard's message is the expected note, a wrong answer is the bug to see).
 shapes() {
   export PATH="$PWD/.whl/bin:$PATH"
-  local sol=/tmp/shapes_sol
-  timeout 200 python3 bench/policy.py --device cuda --emit $sol examples/*/ > "$out/shapes_emit.log" 2>&1
-  { for d in examples/*/; do n=$(basename "$d"); echo "$d/model.py $d/solution_cuda.py"
-      [ -f $sol/$n.py ] && echo "$d/model.py $sol/$n.py"; done; } > /tmp/shapes_pairs.txt
-  prebuild_pairs /tmp/shapes_pairs.txt shapes_build.log
-  while read -r problem cand; do
-    name="$(basename "$(dirname "$problem")")_$(basename "$cand" .py)"
-    timeout 120 python3 -m kcoder eval "$problem" "$cand" --device cuda --shapes auto --stop-after verify --json \
-      > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
-    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"
-  done < /tmp/shapes_pairs.txt | tee "$out/shapes_table.txt"
+  local sol=/tmp/shapes_sol families f
+  families="${SHAPES_FAMILIES-$(ls tests/policy/problems/*.py | grep -v sort)}"  # SHAPES_FAMILIES= : examples only
+  timeout 200 python3 bench/policy.py --device cuda --allow gemm,conv --jobs 12 --emit $sol examples/*/ $families \
+    > "$out/shapes_emit.log" 2>&1
+  # the policy's candidates made for any batch size first (issue 48), then the hand solutions
+  { for d in examples/*/; do n=$(basename "$d"); [ -f $sol/$n.py ] && echo "$d/model.py $sol/$n.py"; done
+    for f in $families; do [ -f "$sol/$(basename "$f")" ] && echo "$f $sol/$(basename "$f")"; done
+    [ "${SHAPES_HAND:-1}" = 1 ] && for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; done; } \
+    > /tmp/shapes_pairs.txt
+  grep -l "Made for any batch size" $sol/*.py | sed 's/^/generic: /' | tee "$out/shapes_generic.txt"
+  prebuild_pairs /tmp/shapes_pairs.txt shapes_build.log "${SHAPES_BUILD_S:-240}"
+  # verification only (no timing): four at a time
+  export out
+  xargs -P "${SHAPES_JOBS:-4}" -L 1 sh -c 'name="$(basename "$(dirname "$0")")_$(basename "$1" .py)"
+    timeout 120 python3 -m kcoder eval "$0" "$1" --device cuda --shapes auto --stop-after verify --allow gemm,conv \
+      --json > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
+    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"' < /tmp/shapes_pairs.txt | tee "$out/shapes_table.txt"
 }
 
 gap() {
