@@ -62,6 +62,40 @@ def test_an_exported_output_is_copied_into_the_readers_memory(big):
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1][0], expected[1][0])
 
 
+# A bigger output, then a smaller one, from one exporting process (the judge's drawn batch sizes
+# after the problem's own): the reader maps what the smaller one pads to.
+SHRINKING = textwrap.dedent("""
+    import json, sys
+    import torch
+    from kcoder.evaluate.candidate.outbox import Outbox
+    box = Outbox(int(sys.argv[1]), "cuda")
+    for n in (1 << 24, 1000):
+        print(json.dumps(box.send(torch.arange(n, device="cuda", dtype=torch.float32))), flush=True)
+        sys.stdin.readline()  # the reader has copied it
+""")
+
+
+def test_a_smaller_output_after_a_bigger_one_is_read_back():
+    from kcoder.evaluate.harness import handoff
+
+    mine, theirs = handoff.socket_pair()
+    proc = subprocess.Popen([sys.executable, "-c", SHRINKING, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    theirs.close()
+    try:
+        for n in (1 << 24, 1000):
+            layout = json.loads(proc.stdout.readline())
+            got = handoff.receive_output(mine, layout, n * 4, "cuda")
+            assert torch.equal(got, torch.arange(n, device="cuda", dtype=torch.float32)), n
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        mine.close()
+
+
 def _eval(tmp_path: Path, body: str, sandbox: str, header: str = ""):
     from kcoder.evaluate import evaluate
 

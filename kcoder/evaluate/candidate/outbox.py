@@ -101,7 +101,9 @@ class Outbox:
         if self.device == "cuda":
             from kcoder.evaluate.harness.cudashare import DeviceBuffer
 
-            if self.cuda_buffer is None or self.cuda_buffer.size < size:
+            # exactly the size the reader maps: the driver maps an imported allocation only whole
+            # (a smaller output after a bigger one failed with CUDA_ERROR_NOT_SUPPORTED)
+            if self.cuda_buffer is None or not self.cuda_buffer.holds_exactly(size):
                 self.cuda_buffer = None  # the old one is released first: one buffer alive at a time
                 self.cuda_buffer = DeviceBuffer(size)
             return self.cuda_buffer.export(parts)

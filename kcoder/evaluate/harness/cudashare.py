@@ -143,6 +143,11 @@ class DeviceBuffer:
             _check("cuMemRelease", self.handle)
             raise
 
+    def holds_exactly(self, size: int) -> bool:
+        """Whether `size` bytes pad to this buffer's size: the reader maps what `size` pads to,
+        and the driver maps an allocation only whole (cuMemMap of a part: CUDA_ERROR_NOT_SUPPORTED)."""
+        return self.size == _padded(size, self.device)
+
     def export(self, parts: list[tuple[Any, int]]) -> int:
         """Copy each (flat uint8 tensor, offset) into the buffer; a new descriptor for it (the
         caller sends and closes it)."""
