@@ -292,7 +292,23 @@ gpu_card() {  # h100, h200, ... of the first GPU (names the results file)
 #     (skip bigger footprints), KB_N (problems this call, 16), KB_RENDERS (captures at once, 8: each holds its
 #     problem's get_inputs() in host memory), KB_CALL_S (seconds this stage may take, 540),
 #     KB_LAST_S (the longest verdict: none starts later than that before the end, 110), KCODER_COMMIT (the
-#     commit of the tree: the device's copy has no .git; rows say "unknown" without it).
+#     commit of the tree: the device's copy has no .git; rows say "unknown" without it), KB_SOL (candidates
+#     rendered ahead, carried: see pre_rendered).
+# KB_SOL=DIR (carried): candidates rendered ahead on another machine (bench/policy.py --device cuda --emit
+# DIR/level1 ...; rendering needs no GPU), so the device's minutes go to builds and verdicts. Copies those
+# of LEVEL into the stage's solutions and prints the problem files left to render.
+pre_rendered() {
+  local level=$1 f n; shift
+  for f in "$@"; do
+    n=$(basename "$f")
+    if [ -n "${KB_SOL:-}" ] && [ -f "$KB_SOL/level$level/$n" ]; then
+      mkdir -p "$sol/level$level"; cp "$KB_SOL/level$level/$n" "$sol/level$level/$n"
+    else
+      echo "$f"
+    fi
+  done
+}
+
 kbsuite() {
   export PATH="$PWD/.whl/bin:$PATH"
   if [ ! -d "${KB:-}/level1" ] && [ ! -d "${KB:-}/level2" ]; then
@@ -315,6 +331,8 @@ kbsuite() {
     [ -d "$KB/level$level" ] || continue
     files=$(timeout 120 python3 bench/kbslice.py "$KB" --level "$level" --results "$results" --to-render $slice \
       2>> "$out/kbsuite.log")
+    [ -n "$files" ] || continue
+    files=$(pre_rendered "$level" $files)  # those rendered ahead (KB_SOL) are copied, not rendered here
     [ -n "$files" ] || continue
     limit=$(( deadline - $(date +%s) - 240 )); [ "$limit" -lt 30 ] && limit=30  # 4 min kept for builds + verdicts
     timeout "$limit" python3 bench/policy.py --device cuda --allow gemm,conv --no-examples --jobs "${KB_RENDERS:-8}" \
