@@ -100,7 +100,9 @@ def emit(todo: list[Path], settings: Settings, out_dir: Path, jobs: int = 1) -> 
     from kcoder.policy.driver import generate
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    covered, ops, errors, footprints = 0, Counter(), Counter(), {}
+    covered, ops, errors = 0, Counter(), Counter()
+    fp_path = out_dir / "footprints.json"  # kept: candidates rendered there before (kbsuite's KB_SOL)
+    footprints = json.loads(fp_path.read_text()) if fp_path.is_file() else {}
 
     def report(problem: Path, g, mb: float | None) -> None:
         nonlocal covered
@@ -135,7 +137,7 @@ def emit(todo: list[Path], settings: Settings, out_dir: Path, jobs: int = 1) -> 
                     report(todo[i], g, mb)
         for i in killed:
             report(todo[i], *render((i, todo[i])))
-    (out_dir / "footprints.json").write_text(json.dumps(footprints, indent=1) + "\n")
+    fp_path.write_text(json.dumps(footprints, indent=1) + "\n")
     n = len(todo)
     print(f"\n{n} problems for {settings.device}: {covered} rendered ({100 * covered / max(n, 1):.0f}%); "
           + (", ".join(f"{k} {v}" for k, v in errors.most_common()) or "no failures"))

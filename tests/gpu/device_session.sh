@@ -299,6 +299,9 @@ gpu_card() {  # h100, h200, ... of the first GPU (names the results file)
 # of LEVEL into the stage's solutions and prints the problem files left to render.
 pre_rendered() {
   local level=$1 f n; shift
+  if [ -f "${KB_SOL:-}/level$level/footprints.json" ]; then  # kbslice.py takes small footprints first
+    mkdir -p "$sol/level$level"; cp "$KB_SOL/level$level/footprints.json" "$sol/level$level/"
+  fi
   for f in "$@"; do
     n=$(basename "$f")
     if [ -n "${KB_SOL:-}" ] && [ -f "$KB_SOL/level$level/$n" ]; then
