@@ -102,14 +102,17 @@ def row_kernel(u: Unit) -> list[str]:
 
 def _split_sizes(u: Unit) -> list[str]:
     """S: chunks per row (enough blocks to fill the GPU, each with several vectors per thread);
-    C: the chunk length, a multiple of THREADS * VEC so every chunk starts aligned."""
+    C: the chunk length, a multiple of THREADS * VEC so every chunk starts aligned. Macros, not
+    constexprs: the compiler folds them all the same, and where the rows or the length follow
+    the batch (cuda_batch.py) they read it where they are used (kernels and launcher)."""
     n, rows, L = u.k.name, u.g.O, u.g.L
-    return [f"constexpr long long {n}_S0 = ({SPLIT_BLOCKS}LL + {rows}LL - 1) / {rows}LL;",
-            f"constexpr long long {n}_S1 = ({L}LL + THREADS * {VEC} * 4 - 1) / (THREADS * {VEC} * 4);",
-            f"constexpr long long {n}_S = std::max(1LL, std::min({n}_S0 < {n}_S1 ? {n}_S0 : {n}_S1, {SPLIT_MAX}LL));",
-            f"constexpr long long {n}_T = (long long)THREADS * {VEC};",
-            f"constexpr long long {n}_C = (({L}LL + {n}_S - 1) / {n}_S + {n}_T - 1) / {n}_T * {n}_T;",
-            f"constexpr unsigned {n}_Y = (unsigned)(({L}LL + {n}_C - 1) / {n}_C);"]
+    return [f"#define {n}_S0 (({SPLIT_BLOCKS}LL + {rows}LL - 1) / {rows}LL)",
+            f"#define {n}_S1 (({L}LL + THREADS * {VEC} * 4 - 1) / (THREADS * {VEC} * 4))",
+            f"#define {n}_S2 ({n}_S0 < {n}_S1 ? {n}_S0 : {n}_S1)",
+            f"#define {n}_S ({n}_S2 < 1LL ? 1LL : {n}_S2 > {SPLIT_MAX}LL ? {SPLIT_MAX}LL : {n}_S2)",
+            f"#define {n}_T ((long long)THREADS * {VEC})",
+            f"#define {n}_C ((({L}LL + {n}_S - 1) / {n}_S + {n}_T - 1) / {n}_T * {n}_T)",
+            f"#define {n}_Y ((unsigned)(({L}LL + {n}_C - 1) / {n}_C))"]
 
 
 def split_kernels(u: Unit) -> list[str]:

@@ -30,17 +30,17 @@ PERSIST_COLUMN = 128  # most elements of a column a column block keeps in regist
 class Unit:
     """One kernel with its geometry: what every renderer below needs."""
 
-    def __init__(self, kernel: Kernel, geo: Geometry, layout: str | None = None, fixed: tuple | None = None) -> None:
+    def __init__(self, kernel: Kernel, geo: Geometry, fixed: tuple | None = None) -> None:
         """fixed: another Unit's `choices()` (the same kernel at another batch size): its layout
         and index width, not this geometry's."""
         self.k, self.g, self.it = kernel, geo, index_type(geo)
-        self.layout = layout or (row_layout(kernel) if kernel.dims else "pointwise")
+        self.layout = row_layout(kernel) if kernel.dims else "pointwise"
         # cluster layout (cuda_cluster.py): blocks per row, elements per block, the operands
         # kept in shared memory
         self.cl, self.chunk, self.smem = 0, 0, set()
         if fixed is not None:
             self.layout, self.it, self.cl, self.chunk, self.smem = fixed
-        elif layout is None and self.layout in ("block", "split"):
+        elif self.layout in ("block", "split"):
             fit = cluster_fit(kernel, geo)
             if fit:
                 self.layout, (self.cl, self.chunk, self.smem) = "cluster", fit

@@ -181,7 +181,7 @@ def render_cuda(plan: Plan, graph: Graph, batch: bool = False,
         elif u.layout == "split":
             body = split_kernels(u)
         elif u.layout == "cluster":  # with the block-per-row kernel, for a device it does not fit
-            body = row_kernel(Unit(u.k, u.g, "block")) + cluster_kernel(u)
+            body = row_kernel(Unit(u.k, u.g, fixed=("block", u.it, 0, 0, set()))) + cluster_kernel(u)
         else:
             body = row_kernel(u)
         cuda.append("\n".join(body + launcher(u)) + "\n")

@@ -59,18 +59,29 @@ def test_a_literal_outside_the_kernel_sources_leaves_the_candidate_static():
     assert generalize(_texts(_unit("  const int x = 7;\n")), SIZES) == _unit("  const int x = 7;\n")
 
 
+GENERIC = {
+    # pointwise over [B, 4096]: the element count and the grid follow the batch
+    "elementwise_chain": ["  const int kN = ((int)(kc_batch * 4096LL));", "8388608"],
+    # a mean over every element: one row split over blocks, its length, chunking and 1/N follow it
+    "mse_loss": ["#define k0_S1 (((kc_batch * 4096LL) + THREADS * 4 * 4 - 1) / (THREADS * 4 * 4))",
+                 "16777216", "(1.0 / (double)(kc_batch * 4096))"],
+}
+
+
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_a_generic_cuda_candidate_reads_the_batch_and_its_kernels_compile(tmp_path):
-    """elementwise_chain's CUDA candidate: forward sets the batch, the binding checks sizes and the
+@pytest.mark.parametrize("example", sorted(GENERIC))
+def test_a_generic_cuda_candidate_reads_the_batch_and_its_kernels_compile(example, tmp_path):
+    """The examples' CUDA candidates: forward sets the batch, the binding checks sizes and the
     32-bit reach against it, and the CUDA unit (kernels and launchers) compiles for sm_90."""
-    generated = generate(ROOT / "examples/elementwise_chain/model.py", Settings(device="cuda"), tmp_path / "work")
+    generated = generate(ROOT / f"examples/{example}/model.py", Settings(device="cuda"), tmp_path / "work")
     source = generated.source
     assert source is not None and "Made for any batch size" in source, generated.error
-    assert "MADE_FOR = [(0, (None, 4096))]" in source and "        _ext.kc_batch_set(B)\n" in source
+    assert "MADE_FOR = [(0, (None, 4096))" in source and "        _ext.kc_batch_set(B)\n" in source
     assert "const std::vector<int64_t> sizes = {(kc_batch * 1LL), 4096LL};" in source
     assert "TORCH_CHECK((kc_batch * 4096LL) < 2130706432LL" in source
-    assert "  const int kN = ((int)(kc_batch * 4096LL));" in source
-    assert "8388608" not in source  # the problem's own element count is nowhere baked in
+    line, own_count, *more = GENERIC[example]
+    assert line in source and own_count not in source  # the problem's own element count is nowhere baked in
+    assert all(m in source for m in more)
     cuda = re.search(r'CUDA_SOURCE = r"""\n(.*?)"""', source, re.S).group(1)
     (tmp_path / "unit.cu").write_text(cuda)
     proc = subprocess.run([NVCC, "-std=c++17", "-arch=sm_90", "-DTHREADS=256", "-DUNROLL=2", "-c",
