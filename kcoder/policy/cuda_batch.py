@@ -30,7 +30,6 @@ SOURCES = re.compile(r'(?:CPP|CUDA)_SOURCE = r"""\n(.*?)"""', re.S)
 # where a run-time value cannot stand (C++ wants a constant expression there)
 NEEDS_CONSTANT = re.compile(r"constexpr|template|__shared__|#pragma|static_assert|__launch_bounds__")
 DECLARED = re.compile(r"([A-Za-z_]\w*)\s*=(?!=)")
-INT32_MAX = (1 << 31) - 1
 
 
 def generalize(texts: list[str], sizes: list[int]) -> str | None:
@@ -54,7 +53,7 @@ def generalize(texts: list[str], sizes: list[int]) -> str | None:
 
 
 def _expression(words: list[str], sizes: list[int]) -> str | None:
-    """The literal as an expression of the batch, typed as the literal was; None when the words
+    """The literal as an expression of the batch (LL and unsigned kept, others 64-bit); None when the words
     are not integer literals of one kind, affine in the batch."""
     parsed = [INTEGER.fullmatch(w) for w in words]
     if any(p is None for p in parsed) or len({p.group(2) for p in parsed}) != 1:
@@ -72,7 +71,9 @@ def _expression(words: list[str], sizes: list[int]) -> str | None:
         return f"({value})"
     if suffix == "u":
         return f"((unsigned)({value}))"
-    return f"((int)({value}))" if max(values) <= INT32_MAX else f"((long long)({value}))"
+    # 64-bit: the declaration it initializes gives the type (an int one is guarded by the binding's
+    # reach check, emit_cuda.span_check; a cast to int here could wrap in a 64-bit unit)
+    return f"((long long)({value}))"
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str | None:

@@ -37,7 +37,7 @@ def test_literals_that_follow_the_batch_become_expressions_of_it():
     assert out is not None
     assert "  const std::vector<int64_t> sizes = {(kc_batch * 1LL), 64LL};" in out  # no longer static
     assert "  constexpr int kL = 64;" in out  # what does not follow the batch stays a constant
-    assert "  const int kN = ((int)(kc_batch * 64LL));" in out
+    assert "  const int kN = ((long long)(kc_batch * 64LL));" in out
     assert "  k<<<((unsigned)(kc_batch * 64LL - 1LL)), 256>>>(a);" in out
 
 
@@ -61,7 +61,7 @@ def test_a_literal_outside_the_kernel_sources_leaves_the_candidate_static():
 
 GENERIC = {
     # pointwise over [B, 4096]: the element count and the grid follow the batch
-    "elementwise_chain": ["  const int kN = ((int)(kc_batch * 4096LL));", "8388608"],
+    "elementwise_chain": ["  const int kN = ((long long)(kc_batch * 4096LL));", "8388608"],
     # a mean over every element: one row split over blocks, its length, chunking and 1/N follow it
     "mse_loss": ["#define k0_S1 (((kc_batch * 4096LL) + THREADS * 4 * 4 - 1) / (THREADS * 4 * 4))",
                  "16777216", "(1.0 / (double)(kc_batch * 4096))"],
