@@ -122,11 +122,16 @@ def _reciprocal(values: list[float], sizes: list[int]) -> tuple[int, int] | None
     counts = [round(1.0 / v) for v in values]
     if any(abs(1.0 / v - n) > 1e-6 * abs(n) for v, n in zip(values, counts, strict=True)):
         return None
-    if sizes[0] == sizes[1] or (counts[0] - counts[1]) % (sizes[0] - sizes[1]):
+    return affine(counts, sizes)
+
+
+def affine(values: list[int], sizes: list[int]) -> tuple[int, int] | None:
+    """(c, d), whole and c > 0, with values[k] == c * sizes[k] + d in every trace, or None."""
+    if sizes[0] == sizes[1] or (values[0] - values[1]) % (sizes[0] - sizes[1]):
         return None
-    c = (counts[0] - counts[1]) // (sizes[0] - sizes[1])
-    d = counts[0] - c * sizes[0]
-    if c <= 0 or any(n != c * b + d for n, b in zip(counts, sizes, strict=True)):
+    c = (values[0] - values[1]) // (sizes[0] - sizes[1])
+    d = values[0] - c * sizes[0]
+    if c <= 0 or any(v != c * b + d for v, b in zip(values, sizes, strict=True)):
         return None
     return c, d
 

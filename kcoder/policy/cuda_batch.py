@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import re
 
-from kcoder.policy.batchdims import BATCH_VAR
+from kcoder.policy.batchdims import BATCH_VAR, affine
 
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?[A-Za-z]*|\S")
 INTEGER = re.compile(r"(\d+)(LL|u)?")
@@ -58,13 +58,10 @@ def _expression(words: list[str], sizes: list[int]) -> str | None:
     parsed = [INTEGER.fullmatch(w) for w in words]
     if any(p is None for p in parsed) or len({p.group(2) for p in parsed}) != 1:
         return None
-    values = [int(p.group(1)) for p in parsed]
-    if sizes[0] == sizes[1] or (values[0] - values[1]) % (sizes[0] - sizes[1]):
+    fit = affine([int(p.group(1)) for p in parsed], sizes)
+    if fit is None:
         return None
-    a = (values[0] - values[1]) // (sizes[0] - sizes[1])
-    b = values[0] - a * sizes[0]
-    if a <= 0 or any(v != a * s + b for v, s in zip(values, sizes, strict=True)):
-        return None
+    a, b = fit
     value = f"{BATCH_VAR} * {a}LL" + (f" + {b}LL" if b > 0 else f" - {-b}LL" if b < 0 else "")
     suffix = parsed[0].group(2)
     if suffix == "LL":

@@ -5,6 +5,7 @@ loops with vector loads and stores, per-row statements)."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from kcoder.policy.cuda_device import INIT, INIT_F, index_type, offset
 from kcoder.policy.emit_common import closure, row_levels, substitute
@@ -27,19 +28,31 @@ CLUSTER_MIN_BLOCKS = 264  # at least two blocks per SM of an H100 (132 SMs), els
 PERSIST_COLUMN = 128  # most elements of a column a column block keeps in registers (kY = THREADS / 32 threads)
 
 
+class Choices(NamedTuple):
+    """What a Unit chose from its geometry: layout, index width, and for the cluster layout its
+    blocks per row, elements per block and the operands kept in shared memory."""
+
+    layout: str
+    it: str
+    cl: int = 0
+    chunk: int = 0
+    smem: frozenset[int] = frozenset()
+
+
 class Unit:
     """One kernel with its geometry: what every renderer below needs."""
 
-    def __init__(self, kernel: Kernel, geo: Geometry, fixed: tuple | None = None) -> None:
-        """fixed: another Unit's `choices()` (the same kernel at another batch size): its layout
-        and index width, not this geometry's."""
+    def __init__(self, kernel: Kernel, geo: Geometry, fixed: Choices | None = None) -> None:
+        """fixed: these choices, not this geometry's (another Unit's `choices()`: the same kernel at
+        another batch size)."""
         self.k, self.g, self.it = kernel, geo, index_type(geo)
         self.layout = row_layout(kernel) if kernel.dims else "pointwise"
         # cluster layout (cuda_cluster.py): blocks per row, elements per block, the operands
         # kept in shared memory
         self.cl, self.chunk, self.smem = 0, 0, set()
         if fixed is not None:
-            self.layout, self.it, self.cl, self.chunk, self.smem = fixed
+            self.layout, self.it, self.cl, self.chunk = fixed.layout, fixed.it, fixed.cl, fixed.chunk
+            self.smem = set(fixed.smem)
         elif self.layout in ("block", "split"):
             fit = cluster_fit(kernel, geo)
             if fit:
@@ -51,9 +64,9 @@ class Unit:
                     and geo.offsets[i] % VEC == 0 and all(s % VEC == 0 for s in geo.ost[i])}
         self.cached = self._persistent()
 
-    def choices(self) -> tuple:
-        """What this geometry chose (layout, index width, cluster): `fixed` of another Unit."""
-        return self.layout, self.it, self.cl, self.chunk, set(self.smem)
+    def choices(self) -> Choices:
+        """What this geometry chose: `fixed` of another Unit."""
+        return Choices(self.layout, self.it, self.cl, self.chunk, frozenset(self.smem))
 
     def _persistent(self) -> set[int]:
         """The operands a row kernel reads once into registers, when it passes over its rows

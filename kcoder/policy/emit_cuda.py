@@ -40,7 +40,7 @@ from kcoder.policy.batchdims import BATCH_SETTER, BATCH_VAR
 from kcoder.policy.cuda_cluster import cluster_kernel, cluster_launch
 from kcoder.policy.cuda_device import HELPERS, INT_SPAN
 from kcoder.policy.cuda_kernels import pointwise_kernel, row_kernel, split_kernels
-from kcoder.policy.cuda_unit import SPLIT_MAX, Unit, row_layout
+from kcoder.policy.cuda_unit import SPLIT_MAX, Choices, Unit, row_layout
 from kcoder.policy.emit_cuda_scan import scan_kernel, warp_scan_kernel
 from kcoder.policy.geometry import kernel_geometry
 from kcoder.policy.graph import Graph
@@ -138,7 +138,7 @@ def span_check(u: Unit) -> list[str]:
             "it was generated with: generate it again for this size\");"]
 
 
-def units(plan: Plan, graph: Graph, fixed: dict[str, tuple] | None = None) -> list[Unit]:
+def units(plan: Plan, graph: Graph, fixed: dict[str, Choices] | None = None) -> list[Unit]:
     """Each kernel with its geometry; fixed: the choices (Unit.choices) made at another batch size,
     by kernel name (a candidate for any batch size renders every traced size with the problem's)."""
     geometry = kernel_geometry(plan, graph)
@@ -162,7 +162,7 @@ BATCH_IN_KERNELS = f"#define {BATCH_VAR} (a.batch)\n"
 
 
 def render_cuda(plan: Plan, graph: Graph, batch: bool = False,
-                fixed: dict[str, tuple] | None = None) -> tuple[str, str]:
+                fixed: dict[str, Choices] | None = None) -> tuple[str, str]:
     """(cpp_sources, cuda_sources) for the plan's kernels; batch: forward sets the run-time batch
     (BATCH_SETTER) and the kernels get it (a candidate for any batch size); fixed: units()'s."""
     cpp = ["#include <torch/extension.h>", "#include <c10/cuda/CUDAStream.h>", "#include <c10/cuda/CUDAGuard.h>",
@@ -181,7 +181,7 @@ def render_cuda(plan: Plan, graph: Graph, batch: bool = False,
         elif u.layout == "split":
             body = split_kernels(u)
         elif u.layout == "cluster":  # with the block-per-row kernel, for a device it does not fit
-            body = row_kernel(Unit(u.k, u.g, fixed=("block", u.it, 0, 0, set()))) + cluster_kernel(u)
+            body = row_kernel(Unit(u.k, u.g, fixed=Choices("block", u.it))) + cluster_kernel(u)
         else:
             body = row_kernel(u)
         cuda.append("\n".join(body + launcher(u)) + "\n")

@@ -115,7 +115,7 @@ def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool 
 
 
 def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_input: int | None = None,
-                   fixed: dict[str, tuple] | None = None) -> str:
+                   fixed: dict[str, emit_cuda.Choices] | None = None) -> str:
     """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA). batch_input: the
     input whose leading dim is the batch B that the graph's Dim sizes follow (batchdims.py);
     None: made for the captured shapes, which forward checks. fixed: the cuda kernels' choices
