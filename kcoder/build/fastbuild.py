@@ -220,7 +220,8 @@ def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]
     if gch.exists():
         return header, True
     if (folder / "failed").exists():
-        notes.append(f"no precompiled header (building it failed; see {folder / 'failed'})")
+        last = (procs.read_tail(folder / "failed", 2000).strip().splitlines() or ["no output"])[-1][:200]
+        notes.append(f"no precompiled header (building it failed: {last}; see {folder / 'failed'})")
     else:
         notes.append("precompiled torch header being built for the next builds")
     return header, False
@@ -236,11 +237,9 @@ def _start_pch_build(folder: Path, command: list[str]) -> None:
     tmp, gch = folder / (PCH_HEADER + ".gch.tmp"), folder / (PCH_HEADER + ".gch")
     marker = folder / "building"
     marker.write_text(str(time.time()))
-    q = {name: shlex.quote(str(path)) for name, path in
-         (("tmp", tmp), ("gch", gch), ("log", folder / "log"), ("failed", folder / "failed"), ("marker", marker))}
     compile_cmd = shlex.join([*command, "-o", str(tmp)])
-    script = (f"timeout {PCH_TIMEOUT_S} {compile_cmd} > {q['log']} 2>&1 && mv {q['tmp']} {q['gch']}"
-              f" || cp {q['log']} {q['failed']}; rm -f {q['marker']}")
+    body = f"timeout {PCH_TIMEOUT_S} {compile_cmd} && mv {shlex.quote(str(tmp))} {shlex.quote(str(gch))}"
+    script = detached.job_script(body, folder / "log", folder / "failed", marker, (tmp,))
     detached.spawn(script)
 
 

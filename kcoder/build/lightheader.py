@@ -141,14 +141,14 @@ def _start_macros(folder: Path, cxx: str, flags: list[str], light: list[str]) ->
     marker.write_text(str(time.time()))
     (folder / "full.h").write_text(EXTENSION_INCLUDE + "\n")
     (folder / "light.h").write_text("\n".join(light) + "\n")
-    q = {n: shlex.quote(str(folder / n)) for n in ("full.h", "light.h", "full.i", "light.i", "log",
-                                                     "macros-failed", "macros-building")}
+    q = {n: shlex.quote(str(folder / n)) for n in ("full.h", "light.h", "full.i", "light.i")}
     pre = shlex.join([cxx, *flags, "-E", "-dD", "-x", "c++"])
     diff = shlex.join([sys.executable, "-m", "kcoder.build.lightheader", str(folder / "full.i"),
                        str(folder / "light.i"), str(done)])
-    script = (f"(timeout {MACROS_TIMEOUT_S} {pre} {q['full.h']} -o {q['full.i']} &&"
-              f" timeout {MACROS_TIMEOUT_S} {pre} {q['light.h']} -o {q['light.i']} && {diff}) > {q['log']} 2>&1"
-              f" || cp {q['log']} {q['macros-failed']}; rm -f {q['full.i']} {q['light.i']} {q['macros-building']}")
+    body = (f"timeout {MACROS_TIMEOUT_S} {pre} {q['full.h']} -o {q['full.i']} &&"
+            f" timeout {MACROS_TIMEOUT_S} {pre} {q['light.h']} -o {q['light.i']} && {diff}")
+    script = detached.job_script(body, folder / "log", folder / "macros-failed", marker,
+                                 (folder / "full.i", folder / "light.i"))
     # The diff step imports this module: make sure it finds the same kcoder.
     detached.spawn(script, child_env())
 
