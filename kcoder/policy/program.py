@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcoder.policy import emit_cpu, emit_cuda
+from kcoder.policy import emit_cpu, emit_cuda, native_forward
 from kcoder.policy.batchdims import BATCH, BATCH_SETTER, BATCH_VAR, made_for
 from kcoder.policy.graph import Graph
 from kcoder.policy.kernel import Plan
@@ -60,16 +60,7 @@ MODEL = '''
 STATE = {state!r}
 # (position, shape) of each tensor input the kernels were made for; None: any size there.
 MADE_FOR = {made_for!r}
-
-
-def _check_shapes(inputs):
-    for k, shape in MADE_FOR:
-        got = tuple(inputs[k].shape)
-        if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
-            want = ", ".join("*" if s is None else str(s) for s in shape)
-            raise ValueError(f"this kernel was made for inputs[{{k}}] of shape [{{want}}]; got {{list(got)}}: "
-                             "generate it again for this shape")
-
+{check}
 
 class ModelNew(nn.Module):
     def __init__(self, *args, **kwargs):
@@ -89,6 +80,20 @@ class ModelNew(nn.Module):
 
     def forward(self, *inputs):
 {body}
+'''
+
+
+# forward's shape check in Python (a forward in C++ checks them there: native_forward.py)
+CHECK_SHAPES = '''
+
+def _check_shapes(inputs):
+    for k, shape in MADE_FOR:
+        got = tuple(inputs[k].shape)
+        if len(got) != len(shape) or any(s is not None and s != g for s, g in zip(shape, got)):
+            want = ", ".join("*" if s is None else str(s) for s in shape)
+            raise ValueError(f"this kernel was made for inputs[{k}] of shape [{want}]; got {list(got)}: "
+                             "generate it again for this shape")
+
 '''
 
 
@@ -115,11 +120,12 @@ def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool 
 
 
 def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_input: int | None = None,
-                   fixed: dict[str, emit_cuda.Choices] | None = None) -> str:
+                   fixed: dict[str, emit_cuda.Choices] | None = None, native: bool = True) -> str:
     """The candidate file's text for `device` (cpu: C++/OpenMP; cuda: CUDA). batch_input: the
     input whose leading dim is the batch B that the graph's Dim sizes follow (batchdims.py);
     None: made for the captured shapes, which forward checks. fixed: the cuda kernels' choices
-    made at the problem's own batch size (emit_cuda.units)."""
+    made at the problem's own batch size (emit_cuda.units). native: forward's steps in C++
+    where they translate (native_forward.py); False: in Python."""
     kernels = "\n".join(f"  {k.name}: {k.describe()}" for k in plan.kernels)
     set_batch = False
     functions = [k.name for k in plan.kernels]
@@ -132,20 +138,39 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
                 "(the shapes above are the capture's).")
     parts: list[Any] = [HEADER.format(problem=problem, kernels=kernels, how=how),
                         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"]
+    state, shapes = _state(graph), made_for(graph, batch_input is not None)
     if device == "cpu":
         parts.append(f"TUNE = {emit_cpu.TUNE!r}\nCONFIG = {emit_cpu.CONFIG!r}\n")
         cpp = emit_cpu.render_cpu(plan)
         set_batch = BATCH_SETTER in cpp
         functions += [f"{BATCH_VAR}_set"] if set_batch else []
+        body = _forward(plan, graph, batch_input, set_batch)
+        cpp, body = _native(cpp, body, native, plan, state, shapes, functions)
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n')
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
         set_batch = batch_input is not None  # its sizes that follow the batch: cuda_batch.py
         cpp, cuda = emit_cuda.render_cuda(plan, graph, set_batch, fixed)
         functions += [f"{BATCH_VAR}_set"] if set_batch else []
+        body = _forward(plan, graph, batch_input, set_batch)
+        cpp, body = _native(cpp, body, native, plan, state, shapes, functions)
         parts.append(f"TUNE = {emit_cuda.tune_space(cuda)!r}\nCONFIG = {emit_cuda.tune_config(cuda)!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))
-    parts.append(MODEL.format(state=_state(graph), made_for=made_for(graph, batch_input is not None),
-                              body=_forward(plan, graph, batch_input, set_batch)))
+    check = "" if native_forward.NAME in functions else CHECK_SHAPES
+    parts.append(MODEL.format(state=state, made_for=shapes, body=body, check=check))
     return "\n".join(parts)
+
+
+def _native(cpp: str, body: str, native: bool, plan: Plan, state: list[tuple[str, tuple[int, ...], str, str]],
+            shapes: list[tuple[int, tuple[int | None, ...]]], functions: list[str]) -> tuple[str, str]:
+    """The binding's source and forward's body, with forward's steps in C++ where they translate
+    (then `functions` also names the C++ forward)."""
+    if not native:
+        return cpp, body
+    lines = [line.strip() for line in body.splitlines()][:-1]  # its steps, without the return
+    translated = native_forward.translate(lines, plan.returns, [(s[0], s[3]) for s in state], shapes)
+    if translated is None:
+        return cpp, body
+    functions.append(native_forward.NAME)
+    return cpp + translated.cpp, "\n".join("        " + line for line in translated.python)

@@ -24,8 +24,8 @@
 # quickstart: kcoder optimize on an example, as the README's GPU quick start (see quickstart()).
 # shapes: issue 48: the examples' CUDA kernels (hand and policy) verified at batch sizes the judge draws.
 # gap:    issue 46 item 2: why the policy's CUDA kernels lose to the hand solutions (elementwise_chain,
-#         softmax_rows): plain-event rates with the launching loop's host time (probe_rates.py), and
-#         kcoder profile --summary of each (see gap()).
+#         softmax_rows): plain-event rates with the launching loop's host time (probe_rates.py), each
+#         judged by kcoder eval, and kcoder profile --summary of each (see gap()).
 # judgeclock: issue 40's figures in one call: the gate, the profiler's markers, every example's CUDA
 #          solution judged (the judge's clock against the in-process events), the clock's GPU tests.
 set -u
@@ -263,6 +263,21 @@ gap() {
   for ex in elementwise_chain softmax_rows; do
     # one at a time: two timing loops on one GPU would slow each other
     timeout 150 python3 tests/gpu/probe_rates.py "examples/$ex" "$sol/$ex.py" > "$out/gap_rates_$ex.log" 2>&1
+  done
+  for ex in elementwise_chain softmax_rows; do  # the judge's figures of the same pairs (the ones that count)
+    for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
+      timeout 120 python3 -m kcoder eval "examples/$ex/model.py" "$c" --device cuda --json \
+        > "$out/gap_eval_${ex}_$(basename "$c" .py).json" 2>/dev/null
+      python3 - "$out/gap_eval_${ex}_$(basename "$c" .py).json" "$ex/$(basename "$c" .py)" <<'PY'
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))
+except ValueError:
+    print(f"EVAL {sys.argv[2]:36} no verdict"); raise SystemExit
+clock = next((n for n in v["notes"] if n.startswith("judge's clock:")), "")
+print(f"EVAL {sys.argv[2]:36} {v['status']:9} {v['reason'][:140]}\n     {clock[:200]}")
+PY
+    done
   done
   for ex in elementwise_chain softmax_rows; do
     for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do

@@ -76,7 +76,7 @@ def test_a_generic_cuda_candidate_reads_the_batch_and_its_kernels_compile(exampl
     generated = generate(ROOT / f"examples/{example}/model.py", Settings(device="cuda"), tmp_path / "work")
     source = generated.source
     assert source is not None and "Made for any batch size" in source, generated.error
-    assert "MADE_FOR = [(0, (None, 4096))" in source and "        _ext.kc_batch_set(B)\n" in source
+    assert "MADE_FOR = [(0, (None, 4096))" in source and "  kc_batch_set(B);\n" in source
     assert "const std::vector<int64_t> sizes = {(kc_batch * 1LL), 4096LL};" in source
     assert "TORCH_CHECK((kc_batch * 4096LL) < 2130706432LL" in source
     line, own_count, *more = GENERIC[example]

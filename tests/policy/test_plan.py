@@ -38,6 +38,7 @@ def graphs(tmp_path_factory):
 
 
 def _forward_lines(source: str) -> list[str]:
+    """forward's Python steps (a program rendered with native=False: the steps native_forward.py translates)."""
     body = source.split("    def forward(self, *inputs):\n", 1)[1]
     return [line.strip() for line in body.splitlines() if line.strip()]
 
@@ -46,7 +47,7 @@ def test_pointwise_dag_is_one_kernel_without_copies(graphs):
     graph = graphs(HERE / "pointwise.py")
     plan = plan_graph(graph, [])
     assert [k.describe() for k in plan.kernels] == ["pointwise over [3, 29, 31]"]
-    source = render_program(plan, graph, "cpu", "pointwise.py")
+    source = render_program(plan, graph, "cpu", "pointwise.py", native=False)
     lines = _forward_lines(source)
     assert all(FORWARD_OK.match(line) for line in lines), lines
     # the transposed input goes in as it is (the kernel reads it with its strides): no copy
@@ -79,7 +80,7 @@ def test_gemm_needs_allow_then_keeps_the_library_call(graphs):
         plan_graph(graph, [])
     plan = plan_graph(graph, ["gemm"])
     assert plan.needs == {"gemm"} and [k.describe() for k in plan.kernels] == ["pointwise over [20, 33]"]
-    lines = _forward_lines(render_program(plan, graph, "cpu", "linear_epilogue.py"))
+    lines = _forward_lines(render_program(plan, graph, "cpu", "linear_epilogue.py", native=False))
     assert any(line.startswith("t_mm = torch.mm(inputs[0], t_permute)") for line in lines)
 
 
@@ -90,7 +91,7 @@ def test_conv_then_batch_norm_is_one_epilogue_kernel(graphs):
     plan = plan_graph(graph, ["conv"])
     assert [k.describe() for k in plan.kernels] == ["row reduction (sum+sum) over dims [0, 2, 3] of [2, 8, 9, 11]"]
     source = render_program(plan, graph, "cpu", "conv_bn_relu.py")
-    assert "torch.nn.functional.conv2d(inputs[0]" in source
+    assert "torch::Tensor t_convolution = at::conv2d(in[0], st[0], st[1], " in source  # forward's C++
     assert ("'bn.running_mean', (8,), 'float32', 'buffer'") in source  # the state dict's names
 
 
@@ -298,7 +299,7 @@ def test_pooling_after_conv_is_one_reduction_kernel(graphs, tmp_path):
     assert [k.describe() for k in plan.kernels] == [
         "row reduction (max) over dims [4, 5] of [2, 8, 5, 6, 2, 2]",
         "row reduction (sum) over dims [5, 6, 7] of [2, 4, 3, 4, 3, 2, 2, 2]"]
-    lines = _forward_lines(render_program(plan, graph, "cpu", "conv_pool.py"))
+    lines = _forward_lines(render_program(plan, graph, "cpu", "conv_pool.py", native=False))
     assert all(FORWARD_OK.match(line) or "functional.conv" in line for line in lines), lines
     assert "t_getitem__w0_u0 = t_convolution.unfold(2, 2, 2)" in lines
 
@@ -326,7 +327,7 @@ def test_pooling_after_pointwise_matches_torch(graphs, tmp_path):
             F.avg_pool2d(x1, 2, divisor_override=3), F.max_pool1d(x1[0] + 1.0, 4)]
     for got, ref in zip(_interpret(graph, [x0, x1]), want, strict=True):
         assert got.shape == ref.shape and torch.allclose(got, ref, atol=1e-5)
-    source = render_program(plan, graph, "cuda", "pw_pool.py")
+    source = render_program(plan, graph, "cuda", "pw_pool.py", native=False)
     lines = _forward_lines(source)
     assert all(FORWARD_OK.match(line) for line in lines), [ln for ln in lines if not FORWARD_OK.match(ln)]
 
