@@ -205,8 +205,9 @@ class _Writer:
             if not (isinstance(node.slice, ast.Constant) and type(node.slice.value) is int):
                 raise Untranslatable(ast.unparse(node))
             return f"in[{self.input(node.slice.value)}]"
-        if isinstance(node.slice, ast.Constant) and node.slice.value is None:  # x[None]
-            return f"{self._tensor(node.value)}.unsqueeze(0)"
+        nones = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if all(isinstance(n, ast.Constant) and n.value is None for n in nones):  # x[None], x[None, None]: leading dims
+            return self._tensor(node.value) + ".unsqueeze(0)" * len(nones)
         # x[(slice(None), ..., slice(start, end, step),)]: a slice of the last dim named
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         out = self._tensor(node.value)
@@ -266,7 +267,9 @@ class _Writer:
         x, w = self._tensor(args[0]), self._tensor(args[1])
         b = ("std::optional<at::Tensor>()" if isinstance(args[2], ast.Constant) and args[2].value is None
              else self._tensor(args[2]))
-        rest = [self._ints([a]) if isinstance(a, ast.Tuple) else self._int(a) for a in args[3:]]
+        # typed lists: `{0LL, 0LL}` would also read as a string_view (0 is a null pointer), and
+        # conv's padding has a string overload ("same", "valid")
+        rest = [f"at::IntArrayRef({self._ints([a])})" if isinstance(a, ast.Tuple) else self._int(a) for a in args[3:]]
         return f"at::{fn}({', '.join([x, w, b, *rest])})"
 
 

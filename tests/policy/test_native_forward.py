@@ -20,6 +20,7 @@ STEPS = [
     "t_mm = torch.mm(t_y, self.get_parameter('lin.bias').reshape((8, 1)))",
     "t_c = torch.nn.functional.conv2d(inputs[0], t_w, None, (1, 1), (0, 0), (1, 1), 1)",
     "t_z = torch.empty((B * 2 // 2,), dtype=torch.int64, device=_dev)",
+    "t_s = self.get_parameter('weight')[None, None]",
     "_ext.k1([t_mm, t_z.unsqueeze(1).expand(B, 1)])",
 ]
 MADE_FOR = [(1, (None, 8)), (0, (2, 3, 4, 4))]
@@ -43,9 +44,10 @@ def test_every_step_becomes_a_line_of_one_cpp_function():
         "  torch::Tensor t_w = in[0].slice(1, 2LL, INT64_MAX, 1LL);",
         "  t_w = t_w.unfold(1LL, 3LL, 2LL).permute({1LL, 0LL, 2LL});",  # assigned again: no second declaration
         "  torch::Tensor t_mm = at::mm(t_y, st[1].reshape({8LL, 1LL}));",
-        "  torch::Tensor t_c = at::conv2d(in[1], t_w, std::optional<at::Tensor>(), {1LL, 1LL}, {0LL, 0LL}, "
-        "{1LL, 1LL}, 1LL);",
+        "  torch::Tensor t_c = at::conv2d(in[1], t_w, std::optional<at::Tensor>(), at::IntArrayRef({1LL, 1LL}), "
+        "at::IntArrayRef({0LL, 0LL}), at::IntArrayRef({1LL, 1LL}), 1LL);",
         "  torch::Tensor t_z = at::empty({((B * 2LL) / 2LL)}, at::TensorOptions().dtype(at::kLong).device(kc_dev));",
+        "  torch::Tensor t_s = st[0].unsqueeze(0).unsqueeze(0);",
         "  k1({t_mm, t_z.unsqueeze(1LL).expand({B, 1LL})});",
         "  return t_z;",
         "}",
