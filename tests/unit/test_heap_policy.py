@@ -46,5 +46,7 @@ def test_warm_baseline_rounds_fault_no_pages_in_any_process():
              for _ in range(PROCESSES)]
     faults = [float(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
     # one round's results and inputs are 8 MiB (2048 pages): a process that gives them back
-    # faults hundreds to thousands of pages a round; a few stray pages are the interpreter's own
-    assert all(f < 32 for f in faults), f"minor page faults per warm round, by process: {faults}"
+    # faults hundreds to thousands of pages a round (2016 measured). Stray pages are the
+    # interpreter's own and the host's: a full-suite run on a 2-core VM saw 49 a round in two of
+    # the four processes, and 0.1 in the others (2026-12-07), so the line sits at an eighth of a round.
+    assert all(f < 256 for f in faults), f"minor page faults per warm round, by process: {faults}"
