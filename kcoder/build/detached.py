@@ -19,7 +19,7 @@ from kcoder.procs import spawn_detached
 
 KILLS_BEFORE_FAILED = 3
 # How a job's end by a signal shows: `timeout`'s 124 or a shell's 128+N, or gcc's driver, which
-# exits 1 when the compiler proper is killed and says so.
+# exits 1 when the compiler proper is killed and says so (126, 127: a command that cannot run, a failure).
 _KILLED_TEXT = "signal terminated program"
 
 
@@ -29,7 +29,7 @@ def job_script(body: str, log: Path, failed: Path, marker: Path, remove: tuple[P
     then removes `remove` and the running `marker`."""
     q = shlex.quote
     kills = q(str(kills_file(failed)))
-    killed = f"[ $rc -ge 124 ] || grep -q {q(_KILLED_TEXT)} {q(str(log))}"
+    killed = f"[ $rc -eq 124 ] || [ $rc -gt 128 ] || grep -q {q(_KILLED_TEXT)} {q(str(log))}"
     record_kill = (f"echo $rc >> {kills}; [ $(wc -l < {kills}) -lt {KILLS_BEFORE_FAILED} ]"
                    f" || cp {q(str(log))} {q(str(failed))}")
     return (f"( {body} ) > {q(str(log))} 2>&1; rc=$?;"

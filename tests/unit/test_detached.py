@@ -25,6 +25,11 @@ def test_a_compile_error_is_recorded_as_a_failure_with_its_log(tmp_path):
     assert not kills.exists()
 
 
+def test_a_command_that_cannot_run_is_a_failure_not_a_kill(tmp_path):
+    failed, kills = _run_job(tmp_path, "/nonexistent/g++ -c x.cpp")  # the shell's 127
+    assert failed.exists() and not kills.exists()
+
+
 def test_a_success_records_nothing(tmp_path):
     failed, kills = _run_job(tmp_path, "echo built")
     assert not failed.exists() and not kills.exists()
