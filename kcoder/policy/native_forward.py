@@ -24,6 +24,9 @@ from kcoder.policy.batchdims import BATCH, BATCH_VAR
 
 NAME = "kc_forward"
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
+# The names the planner writes (plan.py): tensors t_<node>, kernels k<n>. Nothing else becomes C++.
+_TENSOR = re.compile(r"^t_\w+$")
+_KERNEL = re.compile(r"^k\d+$")
 _DTYPES = {"float32": "at::kFloat", "float64": "at::kDouble", "float16": "at::kHalf", "bfloat16": "at::kBFloat16",
            "int64": "at::kLong", "int32": "at::kInt", "int16": "at::kShort", "int8": "at::kChar",
            "uint8": "at::kByte", "bool": "at::kBool"}
@@ -137,11 +140,11 @@ class _Writer:
         target, value = stmt.targets[0].id, stmt.value
         if target == "_dev":
             return f"  const c10::Device kc_dev = {self._device(value)};"
-        if not _IDENT.match(target):
-            raise Untranslatable(line)
         if target == BATCH:
             self.ints.add(target)
             return f"  const int64_t {BATCH} = {self._int(value)};"
+        if not _TENSOR.match(target):
+            raise Untranslatable(line)
         declared = target in self.tensors
         self.tensors.add(target)
         return f"  {'' if declared else 'torch::Tensor '}{target} = {self._tensor(value)};"
@@ -153,7 +156,7 @@ class _Writer:
         if func == f"_ext.{BATCH_VAR}_set" and len(call.args) == 1:
             return f"  {BATCH_VAR}_set({self._int(call.args[0])});"
         kernel = func[len("_ext."):] if func and func.startswith("_ext.") else ""
-        if _IDENT.match(kernel) and len(call.args) == 1 and isinstance(call.args[0], ast.List) and not call.keywords:
+        if _KERNEL.match(kernel) and len(call.args) == 1 and isinstance(call.args[0], ast.List) and not call.keywords:
             return f"  {kernel}({{{', '.join(self._tensor(a) for a in call.args[0].elts)}}});"
         raise Untranslatable(line)
 

@@ -78,6 +78,8 @@ def test_a_step_outside_the_forms_leaves_forward_in_python():
         "_ext.k0([t_nowhere])",  # a name never assigned
         "t_b = t_a.expand(4 ** 2)",
         "t_b = t_a[..., 1]",
+        "x = torch.empty((4,), dtype=torch.float32, device=_dev)",  # not a name the planner writes
+        "_ext.kc_forward([t_a])",  # not one of its kernels
     ]
     assert translate(base + ["_ext.k0([t_a])"], ["t_a"], [], []) is not None
     for step in outside:
