@@ -35,6 +35,8 @@ _LIST_METHODS = {"expand", "reshape", "view", "permute"}
 _SCALAR_METHODS = {"unsqueeze": 1, "squeeze": 1, "select": 2, "transpose": 2, "unfold": 3, "t": 0}
 _LIBRARY = {"torch.mm": ("at::mm", 2), "torch.bmm": ("at::bmm", 2), "torch.addmm": ("at::addmm", 3),
             "torch._addmm_activation": ("at::_addmm_activation", 3)}
+# `//` and `%` agree with C++'s `/` and `%` only on non-negative operands: sizes and the batch are
+_INT_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
 _CONV = re.compile(r"^torch\.nn\.functional\.(conv[123]d|conv_transpose[123]d)$")
 
 CHECK_SHAPE = r"""
@@ -177,11 +179,9 @@ class _Writer:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return f"(-{self._int(node.operand)})"
         if isinstance(node, ast.BinOp):
-            ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
-            op = ops.get(type(node.op))
+            op = _INT_OPS.get(type(node.op))
             if op is None:
                 raise Untranslatable(ast.unparse(node))
-            # `//` and `%` agree with C++'s only on non-negative operands: sizes and the batch are
             return f"({self._int(node.left)} {op} {self._int(node.right)})"
         # `inputs[k].shape[d]`
         if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
@@ -208,11 +208,10 @@ class _Writer:
             if not (isinstance(node.slice, ast.Constant) and type(node.slice.value) is int):
                 raise Untranslatable(ast.unparse(node))
             return f"in[{self.input(node.slice.value)}]"
-        nones = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if all(isinstance(n, ast.Constant) and n.value is None for n in nones):  # x[None], x[None, None]: leading dims
-            return self._tensor(node.value) + ".unsqueeze(0)" * len(nones)
-        # x[(slice(None), ..., slice(start, end, step),)]: a slice of the last dim named
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if all(isinstance(n, ast.Constant) and n.value is None for n in parts):  # x[None], x[None, None]: leading dims
+            return self._tensor(node.value) + ".unsqueeze(0)" * len(parts)
+        # x[(slice(None), ..., slice(start, end, step),)]: a slice of the last dim named
         out = self._tensor(node.value)
         for dim, part in enumerate(parts):
             if not (isinstance(part, ast.Call) and _dotted(part.func) == "slice" and not part.keywords):

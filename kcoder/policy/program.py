@@ -105,7 +105,8 @@ def _state(graph: Graph) -> list[tuple[str, tuple[int, ...], str, str]]:
     return out
 
 
-def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool = False) -> str:
+def _steps(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool = False) -> list[str]:
+    """forward's steps in Python, before its return."""
     first = next((n.attrs["key"] for n in graph.nodes.values() if n.kind == "source" and n.op == "input"), None)
     lines = [f"_dev = inputs[{first}].device" if first is not None else "_dev = next(self.parameters()).device",
              "_check_shapes(inputs)"]
@@ -113,10 +114,7 @@ def _forward(plan: Plan, graph: Graph, batch_input: int | None, set_batch: bool 
         lines.append(f"{BATCH} = inputs[{batch_input}].shape[0]")
         if set_batch:  # the kernels' constants that follow the batch (batchdims.BATCH_SETTER)
             lines.append(f"_ext.{BATCH_VAR}_set({BATCH})")
-    lines += plan.lines
-    result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
-    lines.append(f"return {result}")
-    return "\n".join("        " + line for line in lines)
+    return lines + plan.lines
 
 
 def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_input: int | None = None,
@@ -144,33 +142,33 @@ def render_program(plan: Plan, graph: Graph, device: str, problem: str, batch_in
         cpp = emit_cpu.render_cpu(plan)
         set_batch = BATCH_SETTER in cpp
         functions += [f"{BATCH_VAR}_set"] if set_batch else []
-        body = _forward(plan, graph, batch_input, set_batch)
-        cpp, body = _native(cpp, body, native, plan, state, shapes, functions)
+        cpp, body = _forward(cpp, _steps(plan, graph, batch_input, set_batch), native, plan, state, shapes,
+                             functions)
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n')
         parts.append(CPU_LOAD.format(functions=functions, cflags=emit_cpu.CFLAGS, ldflags=emit_cpu.LDFLAGS))
     else:
         set_batch = batch_input is not None  # its sizes that follow the batch: cuda_batch.py
         cpp, cuda = emit_cuda.render_cuda(plan, graph, set_batch, fixed)
         functions += [f"{BATCH_VAR}_set"] if set_batch else []
-        body = _forward(plan, graph, batch_input, set_batch)
-        cpp, body = _native(cpp, body, native, plan, state, shapes, functions)
+        cpp, body = _forward(cpp, _steps(plan, graph, batch_input, set_batch), native, plan, state, shapes,
+                             functions)
         parts.append(f"TUNE = {emit_cuda.tune_space(cuda)!r}\nCONFIG = {emit_cuda.tune_config(cuda)!r}\n")
         parts.append(f'CPP_SOURCE = r"""\n{cpp}"""\n\nCUDA_SOURCE = r"""\n{cuda}"""\n')
         parts.append(CUDA_LOAD.format(functions=functions))
     check = "" if native_forward.NAME in functions else CHECK_SHAPES
-    parts.append(MODEL.format(state=state, made_for=shapes, body=body, check=check))
+    parts.append(MODEL.format(state=state, made_for=shapes, body="\n".join("        " + line for line in body),
+                              check=check))
     return "\n".join(parts)
 
 
-def _native(cpp: str, body: str, native: bool, plan: Plan, state: list[tuple[str, tuple[int, ...], str, str]],
-            shapes: list[tuple[int, tuple[int | None, ...]]], functions: list[str]) -> tuple[str, str]:
-    """The binding's source and forward's body, with forward's steps in C++ where they translate
-    (then `functions` also names the C++ forward)."""
-    if not native:
-        return cpp, body
-    lines = [line.strip() for line in body.splitlines()][:-1]  # its steps, without the return
-    translated = native_forward.translate(lines, plan.returns, [(s[0], s[3]) for s in state], shapes)
+def _forward(cpp: str, steps: list[str], native: bool, plan: Plan, state: list[tuple[str, tuple[int, ...], str, str]],
+             shapes: list[tuple[int, tuple[int | None, ...]]], functions: list[str]) -> tuple[str, list[str]]:
+    """The binding's source and forward's body (lines): the steps as one C++ function where they
+    translate and `native` asks for it (then `functions` also names it), else in Python."""
+    translated = (native_forward.translate(steps, plan.returns, [(s[0], s[3]) for s in state], shapes)
+                  if native else None)
     if translated is None:
-        return cpp, body
+        result = plan.returns[0] if len(plan.returns) == 1 else "(" + ", ".join(plan.returns) + ",)"
+        return cpp, [*steps, f"return {result}"]
     functions.append(native_forward.NAME)
-    return cpp + translated.cpp, "\n".join("        " + line for line in translated.python)
+    return cpp + translated.cpp, translated.python
