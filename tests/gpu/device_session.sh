@@ -253,7 +253,7 @@ shapes() {
 
 gap() {
   export PATH="$PWD/.whl/bin:$PATH"
-  local sol=/tmp/gap_sol ex c
+  local sol=/tmp/gap_sol ex c name
   timeout 200 python3 bench/policy.py --device cuda --emit $sol examples/elementwise_chain/ examples/softmax_rows/ \
     > "$out/gap_emit.log" 2>&1
   for ex in elementwise_chain softmax_rows; do
@@ -266,17 +266,10 @@ gap() {
   done
   for ex in elementwise_chain softmax_rows; do  # the judge's figures of the same pairs (the ones that count)
     for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
+      name="${ex}_$(basename "$c" .py)"
       timeout 120 python3 -m kcoder eval "examples/$ex/model.py" "$c" --device cuda --json \
-        > "$out/gap_eval_${ex}_$(basename "$c" .py).json" 2>/dev/null
-      python3 - "$out/gap_eval_${ex}_$(basename "$c" .py).json" "$ex/$(basename "$c" .py)" <<'PY'
-import json, sys
-try:
-    v = json.load(open(sys.argv[1]))
-except ValueError:
-    print(f"EVAL {sys.argv[2]:36} no verdict"); raise SystemExit
-clock = next((n for n in v["notes"] if n.startswith("judge's clock:")), "")
-print(f"EVAL {sys.argv[2]:36} {v['status']:9} {v['reason'][:140]}\n     {clock[:200]}")
-PY
+        > "$out/gap_eval_$name.json" 2> "$out/gap_eval_$name.err"
+      python3 tests/gpu/verdict_row.py EVAL "$out/gap_eval_$name.json" "$name"
     done
   done
   for ex in elementwise_chain softmax_rows; do
@@ -473,16 +466,7 @@ PY
       name=$(basename "$d")
       timeout 120 python3 -m kcoder eval "$d/model.py" "$d/solution_cuda.py" --device cuda --allow gemm,conv --json \
         > "$out/judge_eval_$name.json" 2> "$out/judge_eval_$name.err"
-      python3 - "$out/judge_eval_$name.json" "$name" <<'PY'
-import json, sys
-try:
-    v = json.load(open(sys.argv[1]))
-except ValueError:
-    print(f"JUDGE {sys.argv[2]:20} no verdict (see judge_eval_{sys.argv[2]}.err)"); raise SystemExit
-clock = next((n for n in v["notes"] if n.startswith("judge's clock:")), "")
-print(f"JUDGE {sys.argv[2]:20} {v['status']:9} reward {v['reward']:2} {v['reason'][:150]}")
-print(f"      {clock[:230]}")
-PY
+      python3 tests/gpu/verdict_row.py JUDGE "$out/judge_eval_$name.json" "$name"
     done
   fi
   tests=""
