@@ -69,6 +69,11 @@ def read_tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
     return f"[... {size - limit} bytes cut ...]\n{text}" if size > limit else text
 
 
+def last_line(path: Path, limit: int = 2000) -> str:
+    """The last non-empty line of a log file ("no output" if it has none)."""
+    return (read_tail(path, limit).strip().splitlines() or ["no output"])[-1]
+
+
 def run(cmd: Sequence[str], timeout_s: float, cwd: Path, env: Mapping[str, str] | None = None,
         tail_bytes: int | None = OUTPUT_TAIL_BYTES, stdin_text: str | None = None) -> RunResult:
     """Run `cmd` in a new session; at the limit SIGKILL its whole process group. The output

@@ -220,7 +220,7 @@ def ensure_pch(cxx: str, flags: list[str], includes: list[str], notes: list[str]
     if gch.exists():
         return header, True
     if (folder / "failed").exists():
-        last = (procs.read_tail(folder / "failed", 2000).strip().splitlines() or ["no output"])[-1][:200]
+        last = procs.last_line(folder / "failed")[:200]
         notes.append(f"no precompiled header (building it failed: {last}; see {folder / 'failed'})")
     else:
         notes.append("precompiled torch header being built for the next builds")

@@ -33,7 +33,7 @@ from kcoder.build import requests
 from kcoder.evaluate.sandbox import SHARED_PRODUCTS, Box, confined_command, kill_all
 from kcoder.evaluate.static.compiled import BuildFinding, build_findings
 from kcoder.paths import cache_root
-from kcoder.procs import kill_group, read_tail, spawn_logged
+from kcoder.procs import kill_group, last_line, spawn_logged
 from kcoder.trust import UnsafeFile, read_plain, remove_plain, replace_file
 
 POLL_S = 0.1
@@ -170,8 +170,8 @@ class BuildService:
             except (OSError, ValueError):
                 reply = {"refused": "kcoder's builder wrote an unreadable result"}
         elif job.proc.poll() is not None:
-            tail = read_tail(job.box.root.parent / "builder.log", 2000).strip().splitlines()[-1:] or ["no output"]
-            reply = {"refused": f"kcoder's builder ended without a result: {tail[0][:200]}"}
+            tail = last_line(job.box.root.parent / "builder.log")[:200]
+            reply = {"refused": f"kcoder's builder ended without a result: {tail}"}
         else:
             return
         self._reply(name, reply)
