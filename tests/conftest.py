@@ -68,6 +68,22 @@ def scripted():
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def example_verdict():
+    """Each example's solution_cpu.py judged once per run (fast_options(), torch.compile baseline
+    included): a verdict is 40-60 s of CI on two cores, and several tests read the same one."""
+    from kcoder.evaluate import evaluate
+
+    verdicts = {}
+
+    def judge(example: Path):
+        if example not in verdicts:
+            verdicts[example] = evaluate(example / "model.py", example / "solution_cpu.py", fast_options())
+        return verdicts[example]
+
+    return judge
+
+
 @pytest.fixture
 def problem(tmp_path: Path) -> Path:
     """A private copy of tests/problems/scale_add.py (so run dirs land in tmp_path)."""

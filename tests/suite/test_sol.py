@@ -21,11 +21,8 @@ def cached_cpu_limits() -> DeviceLimits:
 
 
 @pytest.mark.slow
-def test_pointwise_example_sol_is_bytes_over_measured_bandwidth():
-    from kcoder.evaluate import evaluate
-
-    example = ROOT / "examples" / "elementwise_chain"
-    v = evaluate(example / "model.py", example / "solution_cpu.py", fast_options(compile_baseline=False))
+def test_pointwise_example_sol_is_bytes_over_measured_bandwidth(example_verdict):
+    v = example_verdict(ROOT / "examples" / "elementwise_chain")  # the verdict test_examples reads too
     assert v.correct and v.stage == "done", v.reason
     rows, features = 2048, 4096
     # x in, out out (fp32), weight and bias: what any implementation must move at least
@@ -39,7 +36,7 @@ def test_pointwise_example_sol_is_bytes_over_measured_bandwidth():
         assert v.sol_us == pytest.approx(device_bound_us, rel=1e-6)
     assert v.eager_sol_fraction == pytest.approx(v.sol_us / v.eager_us, rel=1e-3)
     assert v.candidate_sol_fraction == pytest.approx(v.sol_us / v.candidate_us, rel=1e-3)
-    assert v.compile_sol_fraction is None  # --no-compile
+    assert v.compile_sol_fraction == pytest.approx(v.sol_us / v.compile_us, rel=1e-3)
     assert "of the speed of light" in v.reason
     # the physical floor: x read and the output written once (weight and bias may be folded)
     assert f"read {rows * features * 4 / 2**20:.1f} MiB of inputs once and write 32.0 MiB of outputs" in v.floor_basis
