@@ -272,6 +272,15 @@ gap() {
       python3 tests/gpu/verdict_row.py EVAL "$out/gap_eval_$name.json" "$name"
     done
   done
+  # issue 48 on the same builds: each pair verified at the batch sizes the judge draws (4 at once), and the
+  # GPU test of the hand-off fix (a smaller output after a bigger one)
+  export out
+  xargs -P 4 -L 1 sh -c 'name="$(basename "$(dirname "$0")")_$(basename "$1" .py)"
+    timeout 150 python3 -m kcoder eval "$0" "$1" --device cuda --shapes auto --stop-after verify --json \
+      > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
+    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"' < /tmp/gap_pairs.txt | tee "$out/gap_shapes.txt"
+  timeout 120 python3 -m pytest -m gpu -q tests/gpu/test_handoff_gpu.py -k "smaller_output or copied_into" 2>&1 \
+    | tail -3 | tee "$out/shapes_handoff.log"
   for ex in elementwise_chain softmax_rows; do
     for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
       timeout 120 python3 -m kcoder profile "examples/$ex/model.py" "$c" --summary \
@@ -279,6 +288,7 @@ gap() {
     done
   done
   grep -h RATE "$out"/gap_rates_*.log
+  cat "$out/gap_shapes.txt" "$out/shapes_handoff.log"
   for f in "$out"/gap_profile_*.txt; do echo "== $f"; head -c 1200 "$f"; echo; done
 }
 
