@@ -37,3 +37,16 @@ def test_guarded_calls_refuse_torch_kernels_without_importing_dynamo():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "refused: fallback refused: torch op `aten.clone`" in proc.stdout, proc.stdout
     assert "dynamo imported: False" in proc.stdout, proc.stdout
+
+
+def test_an_aten_overload_called_from_python_is_named_as_written():
+    import pytest
+    import torch
+
+    from kcoder.evaluate.candidate.guard import Guard, GuardViolation
+
+    x = torch.randn(4)
+    guard = Guard(candidate_file="model_new.py")
+    with pytest.raises(GuardViolation, match=r"torch op `aten\.exp\.default` called in Python"), guard.active():
+        torch.ops.aten.exp.default(x)
+    assert [v.op for v in guard.violations] == ["aten.exp.default"]

@@ -131,6 +131,8 @@ def _short(path: str) -> str:
 def _fn_name(func: Any) -> str:
     from torch.overrides import resolve_name
 
+    if hasattr(func, "overloadpacket"):  # torch.ops.aten.exp.default: its own name (not "aten.exp.exp.default")
+        return str(func)
     name = resolve_name(func) or getattr(func, "__name__", repr(func))
     if name.endswith(".__get__") or name.endswith(".__set__"):
         return name.rsplit(".", 1)[0]
