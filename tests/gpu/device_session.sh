@@ -239,16 +239,26 @@ shapes() {
     [ "${SHAPES_HAND:-1}" = 1 ] && for d in examples/*/; do echo "$d/model.py $d/solution_cuda.py"; done; } \
     > /tmp/shapes_pairs.txt
   grep -l "Made for any batch size" $sol/*.py | sed 's/^/generic: /' | tee "$out/shapes_generic.txt"
-  # a smaller output after a bigger one (the drawn sizes after the problem's own) read back whole
+  handoff_test
+  prebuild_pairs /tmp/shapes_pairs.txt shapes_build.log "${SHAPES_BUILD_S:-240}"
+  verify_shapes /tmp/shapes_pairs.txt shapes_table.txt 120
+}
+
+# a smaller output after a bigger one (the drawn sizes after the problem's own) read back whole: the GPU test
+# of the hand-off fix
+handoff_test() {
   timeout 120 python3 -m pytest -m gpu -q tests/gpu/test_handoff_gpu.py -k "smaller_output or copied_into" 2>&1 \
     | tail -3 | tee "$out/shapes_handoff.log"
-  prebuild_pairs /tmp/shapes_pairs.txt shapes_build.log "${SHAPES_BUILD_S:-240}"
-  # verification only (no timing): four at a time
-  export out
+}
+
+# every pair of PAIRS (built) verified at the batch sizes the judge draws, no timing, SHAPES_JOBS (4) at once;
+# a row each (tests/gpu/shapes_row.py) into $out/TABLE
+verify_shapes() {  # PAIRS TABLE SECONDS
+  export out limit="$3"
   xargs -P "${SHAPES_JOBS:-4}" -L 1 sh -c 'name="$(basename "$(dirname "$0")")_$(basename "$1" .py)"
-    timeout 120 python3 -m kcoder eval "$0" "$1" --device cuda --shapes auto --stop-after verify --allow gemm,conv \
-      --json > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
-    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"' < /tmp/shapes_pairs.txt | tee "$out/shapes_table.txt"
+    timeout "$limit" python3 -m kcoder eval "$0" "$1" --device cuda --shapes auto --stop-after verify \
+      --allow gemm,conv --json > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
+    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"' < "$1" | tee "$out/$2"
 }
 
 gap() {
@@ -272,15 +282,9 @@ gap() {
       python3 tests/gpu/verdict_row.py EVAL "$out/gap_eval_$name.json" "$name"
     done
   done
-  # issue 48 on the same builds: each pair verified at the batch sizes the judge draws (4 at once), and the
-  # GPU test of the hand-off fix (a smaller output after a bigger one)
-  export out
-  xargs -P 4 -L 1 sh -c 'name="$(basename "$(dirname "$0")")_$(basename "$1" .py)"
-    timeout 150 python3 -m kcoder eval "$0" "$1" --device cuda --shapes auto --stop-after verify --json \
-      > "$out/shapes_$name.json" 2> "$out/shapes_$name.err"
-    python3 tests/gpu/shapes_row.py "$out/shapes_$name.json" "$name"' < /tmp/gap_pairs.txt | tee "$out/gap_shapes.txt"
-  timeout 120 python3 -m pytest -m gpu -q tests/gpu/test_handoff_gpu.py -k "smaller_output or copied_into" 2>&1 \
-    | tail -3 | tee "$out/shapes_handoff.log"
+  # issue 48 on the same builds: each pair verified at the batch sizes the judge draws, and the hand-off GPU test
+  verify_shapes /tmp/gap_pairs.txt gap_shapes.txt 150
+  handoff_test
   for ex in elementwise_chain softmax_rows; do
     for c in "examples/$ex/solution_cuda.py" "$sol/$ex.py"; do
       timeout 120 python3 -m kcoder profile "examples/$ex/model.py" "$c" --summary \

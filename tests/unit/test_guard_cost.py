@@ -6,9 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+import torch
+
+from kcoder.evaluate.candidate.guard import Guard, GuardViolation
+
 SCRIPT = """
 import sys, torch
-from kcoder.evaluate.candidate.guard import Guard, GuardViolation
+from kcoder.evaluate.candidate.guard import Guard
 from kcoder.evaluate.harness.verify import guarded_call
 
 class Honest(torch.nn.Module):
@@ -40,11 +45,6 @@ def test_guarded_calls_refuse_torch_kernels_without_importing_dynamo():
 
 
 def test_an_aten_overload_called_from_python_is_named_as_written():
-    import pytest
-    import torch
-
-    from kcoder.evaluate.candidate.guard import Guard, GuardViolation
-
     x = torch.randn(4)
     guard = Guard(candidate_file="model_new.py")
     with pytest.raises(GuardViolation, match=r"torch op `aten\.exp\.default` called in Python"), guard.active():
